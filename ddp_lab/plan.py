@@ -1,0 +1,129 @@
+"""Deciding what a launch will do, and refusing bad input before it starts.
+
+Everything here is checked in the notebook, before any process exists: a
+mistake in the arguments gets a clear message naming the bad value and what
+is allowed, instead of a crash in four processes at once.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import socket
+from dataclasses import dataclass
+
+BACKENDS = ("auto", "gloo", "nccl")
+DEFAULT_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated launch: how many ranks, which backend, how long to wait."""
+
+    world_size: int
+    nodes: int
+    backend: str
+    threads: int
+    timeout: float
+    init_process_group: bool
+
+    @property
+    def ranks_per_node(self):
+        return self.world_size // self.nodes
+
+
+def make_plan(world_size, *, backend="auto", nodes=1, threads=None,
+              timeout=DEFAULT_TIMEOUT, init_process_group=True):
+    """Check the arguments of a launch and resolve ``backend="auto"``."""
+    _check_positive_int("world_size", world_size)
+    _check_positive_int("nodes", nodes)
+    if world_size % nodes:
+        raise ValueError(
+            f"world_size={world_size} cannot be split evenly over nodes={nodes}: "
+            f"use a nodes value that divides {world_size}")
+    if threads is not None:
+        _check_positive_int("threads", threads)
+    if (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+            or not timeout > 0 or timeout == float("inf")):
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    return Plan(
+        world_size=world_size,
+        nodes=nodes,
+        backend=choose_backend(backend, world_size),
+        threads=threads or threads_per_rank(world_size),
+        timeout=float(timeout),
+        init_process_group=bool(init_process_group),
+    )
+
+
+def choose_backend(backend, world_size):
+    """nccl when every rank can have a GPU of its own, gloo otherwise.
+
+    ``"auto"`` says once, in the output, which one it picked and why.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(map(repr, BACKENDS))}")
+    gpus = cuda_device_count()
+    if backend == "nccl" and gpus < world_size:
+        raise ValueError(
+            f"backend 'nccl' needs one CUDA device per rank: world_size={world_size} "
+            f"but this machine has {gpus}. Use backend='gloo' (CPU) or fewer ranks.")
+    if backend != "auto":
+        return backend
+    if gpus >= world_size:
+        choice, why = "nccl", f"{gpus} CUDA devices for {world_size} ranks"
+    elif gpus:
+        choice, why = "gloo", f"only {gpus} CUDA devices for {world_size} ranks"
+    else:
+        choice, why = "gloo", "no CUDA device"
+    _say_once(f"ddp_lab: backend 'auto' chose {choice!r} ({why})")
+    return choice
+
+
+def cuda_device_count():
+    """How many GPUs there are, asked without initialising CUDA here.
+
+    ``torch.cuda.device_count()`` counts through NVML when it can, and creates
+    no CUDA context in the notebook; the ranks create their own.
+    """
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def threads_per_rank(world_size):
+    """The CPU cores this process may use, shared evenly, at least one each."""
+    return max(1, available_cores() // world_size)
+
+
+def available_cores():
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def loopback_interface():
+    """The name of the loopback network interface ('lo' on Linux, 'lo0' on macOS).
+
+    gloo binds its sockets to the interface named by GLOO_SOCKET_IFNAME; a
+    local launch binds to loopback only, so nothing listens on the network.
+    """
+    names = [name for _, name in socket.if_nameindex()]
+    for candidate in ("lo", "lo0"):
+        if candidate in names:
+            return candidate
+    return None
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+_said = set()
+
+
+def _say_once(message):
+    if message not in _said:
+        _said.add(message)
+        print(message)

@@ -1,0 +1,281 @@
+"""What runs inside each rank process.
+
+The launcher (``ddp_lab.processes``) starts one process per rank with
+``rank_main`` as its target. A rank then:
+
+1. becomes the leader of its own process group, so that stopping it also
+   stops any process it started (DataLoader workers, say);
+2. sends its stdout and stderr into a pipe the notebook reads;
+3. takes the torchrun environment (RANK, WORLD_SIZE, ...) and its share of
+   the CPU threads;
+4. joins the default process group, if asked to;
+5. runs the jobs the notebook sends it (a function to call, a cell to
+   execute, variables to send back) and replies to each, until told to exit.
+
+A helper thread reads the messages from the notebook. It answers "where are
+you?" questions with the main thread's stack, even while the main thread is
+stuck in a collective, and it stops the rank if the notebook goes away.
+"""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import linecache
+import os
+import queue
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import cloudpickle
+
+
+@dataclass(frozen=True)
+class RankSetup:
+    """Everything a rank needs to know before it runs anything."""
+
+    rank: int
+    env: dict
+    threads: int
+    backend: str
+    init_process_group: bool
+    process_group_timeout: float
+    # Source lines of notebook cells, so tracebacks in the rank show code.
+    source_lines: dict = field(default_factory=dict)
+
+
+def rank_main(setup, control, output, first_jobs=()):
+    """Entry point of a rank process (the target given to multiprocessing)."""
+    _lead_own_process_group()
+    _send_stdio_to(output)
+    os.environ.clear()  # the notebook's environment now, not the forkserver's
+    os.environ.update(setup.env)
+    _use_threads(setup.threads)
+    for filename, lines in setup.source_lines.items():
+        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+
+    inbox = Inbox(control)
+    for job in first_jobs:
+        inbox.put(job)
+    _interrupt_jobs_only(inbox)
+    inbox.start()
+
+    startup_error = _start_process_group(setup)
+    namespace = _cell_namespace(setup)
+    while True:
+        job = inbox.get()
+        if job[0] == "exit":
+            break
+        if startup_error is not None:
+            inbox.reply(startup_error)
+            continue
+        inbox.reply(inbox.run_job(lambda: _run(job, namespace)))
+    _stop_process_group()
+
+
+class Inbox:
+    """The rank's line to the notebook: jobs in, replies and stacks out."""
+
+    def __init__(self, control):
+        self._control = control
+        self._jobs = queue.Queue()
+        self._send_lock = threading.Lock()
+        self.job_running = False
+
+    def put(self, job):
+        self._jobs.put(job)
+
+    def get(self):
+        return self._jobs.get()
+
+    def start(self):
+        threading.Thread(target=self._read, name="ddp_lab-inbox", daemon=True).start()
+
+    def reply(self, message):
+        _flush_all_output()
+        with self._send_lock:
+            self._control.send(message)
+
+    def run_job(self, job):
+        self.job_running = True
+        try:
+            return job()
+        except KeyboardInterrupt:
+            return _failure_reply(*sys.exc_info())
+        finally:
+            self.job_running = False
+
+    def _read(self):
+        while True:
+            try:
+                message = self._control.recv()
+            except (EOFError, OSError):
+                _stop_everything_here()  # the notebook is gone
+            if message[0] == "where":
+                with self._send_lock:
+                    self._control.send(("stack", _main_thread_stack()))
+            else:
+                self._jobs.put(message)
+
+
+def _run(job, namespace):
+    """Run one job and build the reply; exceptions become a 'failed' reply."""
+    kind = job[0]
+    try:
+        if kind == "call":
+            fn, args, kwargs = cloudpickle.loads(job[1])
+            result = fn(*args, **kwargs)
+        elif kind == "exec":
+            result = _execute_cell(job[1], job[2], namespace)
+        elif kind == "pull":
+            result = {name: namespace[name] for name in job[1]}
+        else:
+            raise ValueError(f"unknown job kind {kind!r}")
+    except BaseException:  # SystemExit and KeyboardInterrupt are reported too
+        return _failure_reply(*sys.exc_info())
+    try:
+        return ("done", cloudpickle.dumps(result))
+    except Exception as error:
+        what = "the return value" if kind == "call" else "the value"
+        return _failure_reply(TypeError, TypeError(
+            f"{what} ({type(result).__name__}) cannot be pickled back to the "
+            f"notebook: {error}"), None)
+
+
+def _execute_cell(source, filename, namespace):
+    """Run a notebook cell's code; print its last expression like a REPL."""
+    lines = source.splitlines(True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    tree = ast.parse(source, filename)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    exec(compile(tree, filename, "exec"), namespace)
+    if last is not None:
+        value = eval(compile(ast.Expression(last.value), filename, "eval"), namespace)
+        if value is not None:
+            print(repr(value))
+    return None
+
+
+def _failure_reply(exc_type, exc, tb):
+    """Describe an exception for the notebook, without this module's frames."""
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(exc_type, exc, tb))
+    try:
+        pickled = cloudpickle.dumps(exc)
+    except Exception:
+        pickled = None
+    return ("failed", {
+        "exc_type": exc_type.__name__,
+        "message": str(exc),
+        "traceback": text,
+        "exception": pickled,
+    })
+
+
+def _cell_namespace(setup):
+    """The variables every ``%%ddp`` cell starts with."""
+    import torch
+    import torch.distributed as dist
+
+    return {
+        "__name__": "__ddp_cell__",
+        "torch": torch,
+        "dist": dist,
+        "rank": setup.rank,
+        "world_size": int(setup.env["WORLD_SIZE"]),
+        "local_rank": int(setup.env["LOCAL_RANK"]),
+    }
+
+
+def _start_process_group(setup):
+    """Join the default group as torchrun's workers do (``env://``).
+
+    Returns a 'failed' reply if that goes wrong, so the error reaches the
+    notebook as the answer to the first job instead of killing the rank.
+    """
+    if not setup.init_process_group:
+        return None
+    import torch
+    import torch.distributed as dist
+
+    try:
+        if setup.backend == "nccl":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group(
+            setup.backend, timeout=timedelta(seconds=setup.process_group_timeout))
+    except Exception:
+        return _failure_reply(*sys.exc_info())
+    return None
+
+
+def _stop_process_group():
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    _flush_all_output()
+
+
+def _lead_own_process_group():
+    # A rank and everything it starts share one process group id, so the
+    # launcher can stop them all with one killpg.
+    os.setpgrp()
+
+
+def _send_stdio_to(output):
+    # Point file descriptors 1 and 2 at the pipe: this catches prints from
+    # Python and from C++ (gloo's warnings) alike.
+    os.dup2(output.fileno(), 1)
+    os.dup2(output.fileno(), 2)
+    output.close()
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
+
+
+def _use_threads(threads):
+    """Give this rank ``threads`` intra-op threads, so ranks share the cores."""
+    import torch
+
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # already set, e.g. by the code that preloaded torch
+
+
+def _interrupt_jobs_only(inbox):
+    """Ctrl-C (SIGINT from the notebook) stops a running job, nothing else."""
+
+    def on_sigint(signum, frame):
+        if inbox.job_running:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+def _main_thread_stack():
+    """The main thread's stack as (filename, line number, function, code)."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return []
+    return [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_stack(frame)]
+
+
+_libc = ctypes.CDLL(None)
+
+
+def _flush_all_output():
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _libc.fflush(None)  # C and C++ stdio buffers too
+
+
+def _stop_everything_here():
+    os.killpg(os.getpgrp(), signal.SIGKILL)

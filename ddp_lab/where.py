@@ -1,0 +1,53 @@
+"""Saying in one line where a stuck rank is.
+
+When a launch times out, the launcher asks each unfinished rank for the
+stack of its main thread. A raw stack is long; what a reader needs is the
+collective the rank is waiting in and the line of *their* code that called
+it, e.g.::
+
+    waiting in all_reduce() (torch.distributed), called from work() line 4: dist.all_reduce(t)
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_DDP_LAB_DIR = os.path.dirname(__file__) + os.sep
+_STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
+
+
+def describe_where(frames):
+    """One line about a stack given as (filename, lineno, function, code) tuples."""
+    if not frames:
+        return "no Python stack (stuck in C code)"
+    user = [f for f in frames if _is_user_code(f[0])]
+    torch_call = _outermost_torch_call(frames, after=user[-1] if user else None)
+    if not user:
+        if torch_call:
+            return f"waiting in {torch_call} (while starting up)"
+        return "idle, waiting for a job"
+    filename, lineno, function, code = user[-1]
+    where_in = "cell" if function == "<module>" else f"{function}()"
+    place = f"{where_in} line {lineno}" + (f": {code}" if code else "")
+    if torch_call:
+        return f"waiting in {torch_call}, called from {place}"
+    return f"running {place}"
+
+
+def _outermost_torch_call(frames, after):
+    """The torch.distributed function the user's code called, if any."""
+    start = frames.index(after) + 1 if after is not None else 0
+    for filename, _, function, _ in frames[start:]:
+        if filename.startswith(_TORCH_DIR) and function != "wrapper":
+            module = "torch.distributed" if "distributed" in filename else "torch"
+            return f"{function}() ({module})"
+    return None
+
+
+def _is_user_code(filename):
+    if filename.startswith((_TORCH_DIR, _DDP_LAB_DIR)):
+        return False
+    return not filename.startswith(_STDLIB_DIR) or "site-packages" in filename

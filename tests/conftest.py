@@ -1,0 +1,30 @@
+"""Shared fixtures: every test leaves no rank process behind."""
+
+import multiprocessing
+import time
+
+import psutil
+import pytest
+
+
+def rank_processes():
+    """Processes started by launches: children of the forkserver's helpers.
+
+    The forkserver and multiprocessing's resource tracker are kept on purpose
+    (they hold no process group and no port); what they start is a rank.
+    """
+    return [p for helper in psutil.Process().children() for p in helper.children(recursive=True)]
+
+
+def wait_until_no_ranks(seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while rank_processes() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return rank_processes()
+
+
+@pytest.fixture(autouse=True)
+def no_rank_outlives_a_test():
+    yield
+    left = wait_until_no_ranks()
+    assert not left, f"rank processes left running: {left}"

@@ -1,0 +1,172 @@
+"""How a launch fails: fast, naming the rank, and leaving nothing running."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ddp_lab
+from conftest import rank_processes, wait_until_no_ranks
+
+
+def test_an_exception_names_the_rank_and_carries_its_traceback():
+    def work():
+        if dist.get_rank() == 2:
+            raise ValueError("rank two is unhappy")
+        dist.barrier()  # the others wait for rank 2 forever
+
+    start = time.monotonic()
+    with pytest.raises(ddp_lab.RankFailed) as caught:
+        ddp_lab.launch(work, 4, timeout=30)
+    assert time.monotonic() - start < 5
+    error = caught.value
+    assert error.rank == 2 and error.exc_type == "ValueError"
+    assert isinstance(error.exception, ValueError)
+    assert 'raise ValueError("rank two is unhappy")' in error.remote_traceback
+    assert str(error).startswith("rank 2 raised ValueError: rank two is unhappy")
+    assert sorted(error.still_running) == [0, 1, 3]
+    assert "barrier()" in error.still_running[0]
+
+
+def test_the_same_bug_on_every_rank_is_reported_as_rank_0_every_time():
+    def work():
+        raise KeyError(f"missing on {dist.get_rank()}")
+
+    for _ in range(3):
+        with pytest.raises(ddp_lab.RankFailed) as caught:
+            ddp_lab.launch(work, 4)
+        assert caught.value.rank == 0
+        assert sorted(caught.value.other_failures) == [1, 2, 3]
+
+
+def test_sys_exit_in_a_rank_is_a_failure_not_a_silent_exit():
+    with pytest.raises(ddp_lab.RankFailed, match="SystemExit"):
+        ddp_lab.launch(lambda: exit(3), 2)
+
+
+def test_a_hung_collective_ends_with_a_timeout_that_says_where():
+    def work():
+        if dist.get_rank() == 0:
+            dist.all_reduce(torch.ones(1))  # rank 1 never joins
+        else:
+            time.sleep(3600)
+
+    start = time.monotonic()
+    with pytest.raises(TimeoutError) as caught:
+        ddp_lab.launch(work, 2, timeout=2)
+    elapsed = time.monotonic() - start
+    assert 2 <= elapsed < 2 + 4
+    error = caught.value
+    assert isinstance(error, ddp_lab.RanksTimedOut)
+    assert sorted(error.unfinished) == [0, 1]
+    assert "all_reduce()" in error.unfinished[0] and "dist.all_reduce" in error.unfinished[0]
+    assert "time.sleep(3600)" in error.unfinished[1]
+    assert "ranks 0, 1 did not finish within 2 s" in str(error)
+
+
+def test_the_default_timeout_is_finite():
+    import inspect
+
+    default = inspect.signature(ddp_lab.launch).parameters["timeout"].default
+    assert 0 < default < float("inf")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSEGV])
+def test_a_rank_killed_by_a_signal_is_reported_with_the_signal(signum):
+    def work():
+        if dist.get_rank() == 1:
+            os.kill(os.getpid(), signum)
+        dist.barrier()
+
+    with pytest.raises(ddp_lab.RankDied) as caught:
+        ddp_lab.launch(work, 3)
+    assert caught.value.rank == 1
+    assert caught.value.signal_name == signal.Signals(signum).name
+    assert signal.Signals(signum).name in str(caught.value)
+
+
+def test_a_rank_that_exits_early_is_reported_with_its_exit_code():
+    def work():
+        if dist.get_rank() == 0:
+            os._exit(3)
+        dist.barrier()
+
+    with pytest.raises(ddp_lab.RankDied, match="rank 0 exited with code 3"):
+        ddp_lab.launch(work, 2)
+
+
+def test_interrupting_stops_every_rank_within_two_seconds():
+    def work():
+        time.sleep(3600)
+
+    main = threading.get_ident()
+    timer = threading.Timer(1.5, lambda: signal.pthread_kill(main, signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        ddp_lab.launch(work, 4, timeout=60)
+    interrupted = time.monotonic()
+    assert not wait_until_no_ranks(2.0)
+    assert time.monotonic() - interrupted < 2.0
+
+
+def test_workers_started_by_a_rank_are_stopped_with_it():
+    def work():
+        import subprocess
+
+        child = subprocess.Popen(["sleep", "3600"])
+        print(child.pid)
+        raise RuntimeError("leaving a child behind")
+
+    with pytest.raises(ddp_lab.RankFailed):
+        ddp_lab.launch(work, 2)
+    assert not rank_processes()
+
+
+BAD_INPUTS = [
+    (dict(world_size=0), ValueError, "world_size must be a positive int, got 0"),
+    (dict(world_size=-2), ValueError, "got -2"),
+    (dict(world_size=2.0), ValueError, "got 2.0"),
+    (dict(world_size=True), ValueError, "got True"),
+    (dict(world_size="4"), ValueError, "got '4'"),
+    (dict(backend="mpi"), ValueError, "unknown backend 'mpi': use one of 'auto', 'gloo', 'nccl'"),
+    (dict(nodes=3), ValueError, "world_size=4 cannot be split evenly over nodes=3"),
+    (dict(timeout=0), ValueError, "timeout must be a finite number of seconds > 0, got 0"),
+    (dict(timeout=float("inf")), ValueError, "got inf"),
+    (dict(threads=0), ValueError, "threads must be a positive int, got 0"),
+    (dict(fn=42), TypeError, "fn must be callable"),
+    (dict(args=5), TypeError, "args must be a tuple, got int"),
+    (dict(args=(1, threading.Lock())), TypeError, r"args\[1\] \(lock\) cannot be pickled"),
+    (dict(kwargs={"lock": threading.Lock()}), TypeError, r"kwargs\['lock'\] \(lock\) cannot be pickled"),
+]
+
+
+@pytest.mark.parametrize("bad, error, message", BAD_INPUTS)
+def test_bad_input_is_refused_before_anything_starts(bad, error, message):
+    call = dict(fn=os.getpid, world_size=4)
+    call.update(bad)
+    before = rank_processes()
+    with pytest.raises(error, match=message):
+        ddp_lab.launch(call.pop("fn"), call.pop("world_size"), **call)
+    assert rank_processes() == before == []
+
+
+def test_unpicklable_fn_is_named():
+    lock = threading.Lock()
+
+    def uses_a_lock():
+        with lock:
+            return 1
+
+    with pytest.raises(TypeError, match=r"fn \(function\) cannot be pickled"):
+        ddp_lab.launch(uses_a_lock, 2)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 4, reason="this machine has 4+ GPUs")
+def test_nccl_without_enough_gpus_says_how_many_there_are():
+    count = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=f"world_size=4 but this machine has {count}"):
+        ddp_lab.launch(os.getpid, 4, backend="nccl")

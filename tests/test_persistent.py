@@ -1,0 +1,96 @@
+"""Persistent ranks: variables kept between cells, failures handled."""
+
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+import ddp_lab
+from conftest import rank_processes
+
+
+@pytest.fixture
+def ranks():
+    with ddp_lab.Ranks(3, backend="gloo", timeout=20) as running:
+        yield running
+
+
+def test_cells_share_variables_and_print_in_rank_order(ranks, capsys):
+    capsys.readouterr()
+    ranks.execute("t = torch.ones(2) * rank")
+    ranks.execute("import time\ntime.sleep(0.03 * (world_size - rank))\ndist.all_reduce(t)\nt")
+    assert capsys.readouterr().out == "".join(f"[rank {r}] tensor([3., 3.])\n" for r in range(3))
+    assert [v.tolist() for v in ranks.pull("t")] == [[3.0, 3.0]] * 3
+    assert ranks.pull("rank", "world_size") == [(0, 3), (1, 3), (2, 3)]
+
+
+def test_run_calls_a_function_on_every_rank(ranks):
+    def add(x, y=0):
+        import torch.distributed as dist
+
+        return dist.get_rank() + x + y
+
+    assert ranks.run(add, 10, y=1) == [11, 12, 13]
+
+
+def test_a_failure_on_one_rank_leaves_the_ranks_usable(ranks):
+    ranks.execute("x = 1")
+    with pytest.raises(ddp_lab.RankFailed) as caught:
+        ranks.execute("if rank == 1:\n    x = 1 / 0")
+    assert caught.value.rank == 1 and "1 / 0" in caught.value.remote_traceback
+    assert ranks.running
+    assert ranks.pull("x") == [1, 1, 1]
+
+
+def test_ranks_stuck_behind_a_failure_are_stopped_and_restart_cleanly(ranks, capsys):
+    pids = ranks.pids
+    with pytest.raises(ddp_lab.RankFailed) as caught:
+        ranks.execute("if rank == 1:\n    raise RuntimeError('no')\ndist.barrier()")
+    assert sorted(caught.value.still_running) == [0, 2]
+    assert not ranks.running
+    assert "ranks.restart()" in capsys.readouterr().out
+    with pytest.raises(RuntimeError, match="not running"):
+        ranks.execute("1")
+    ranks.restart()
+    assert ranks.pids != pids and ranks.run(lambda: 5) == [5, 5, 5]
+
+
+def test_a_hung_cell_times_out_and_says_where(ranks):
+    with pytest.raises(TimeoutError) as caught:
+        ranks.execute("if rank == 0:\n    dist.all_reduce(torch.ones(1))", timeout=1.5)
+    assert sorted(caught.value.unfinished) == [0]
+    assert "all_reduce()" in caught.value.unfinished[0]
+    assert not ranks.running and not rank_processes()
+
+
+def test_interrupting_a_cell_keeps_the_ranks(ranks):
+    main = threading.get_ident()
+    threading.Timer(0.7, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ranks.execute("import time\ny = 1\ntime.sleep(3600)")
+    assert time.monotonic() - start < 0.7 + 2
+    assert ranks.running and ranks.pull("y") == [1, 1, 1]
+
+
+def test_interrupting_ranks_stuck_in_a_collective_stops_them(ranks):
+    main = threading.get_ident()
+    threading.Timer(0.7, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ranks.execute("if rank == 0:\n    dist.all_reduce(torch.ones(1))\nelse:\n    import time; time.sleep(3600)")
+    assert time.monotonic() - start < 0.7 + 2
+    assert not ranks.running
+
+
+def test_stop_ends_every_rank_and_the_store():
+    ranks = ddp_lab.Ranks(2)
+    port = ranks._processes.port
+    ranks.stop()
+    assert not rank_processes()
+    import socket
+
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
