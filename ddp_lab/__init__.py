@@ -12,7 +12,7 @@ The companion package of the book. The pieces a chapter uses:
 """
 
 from .errors import LaunchError, RankDied, RankFailed, RanksTimedOut
-from .launch import launch
+from .launcher import launch
 from .persistent import Ranks
 
 __all__ = [

@@ -27,7 +27,7 @@ import weakref
 
 import cloudpickle
 
-from .launch import interactive_sources, pickle_call, raise_for, show
+from .launcher import interactive_sources, pickle_call, raise_for, show
 from .plan import DEFAULT_TIMEOUT, make_plan
 from .processes import RankProcesses
 

@@ -1,0 +1,112 @@
+"""How long it takes to get W ranks to run one all_reduce, by launcher.
+
+Measured from the call to having every rank's result back:
+
+- ``torch.multiprocessing.spawn``: starts W fresh Pythons, each imports torch.
+- a plain fork of W processes that init gloo: fast, but unsafe once the
+  caller has initialised CUDA (what Accelerate's notebook_launcher does).
+- ``ddp_lab.launch``: first call (starts the forkserver) and repeated calls.
+- persistent ranks: one ``%%ddp`` cell on ranks that are already running.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing
+
+import ddp_lab
+from ddp_lab.plan import available_cores
+
+
+def trivial_all_reduce():
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return t.item()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawned_rank(rank, world_size, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    trivial_all_reduce()
+    dist.destroy_process_group()
+
+
+def time_mp_spawn(world_size):
+    start = time.perf_counter()
+    torch.multiprocessing.spawn(_spawned_rank, args=(world_size, _free_port()), nprocs=world_size)
+    return time.perf_counter() - start
+
+
+def _forked_rank(rank, world_size, port, results):
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, world_size, rank == 0)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+    results.send(trivial_all_reduce())
+    dist.destroy_process_group()
+
+
+def time_plain_fork(world_size):
+    context = multiprocessing.get_context("fork")
+    start = time.perf_counter()
+    port = _free_port()
+    pipes = [context.Pipe(duplex=False) for _ in range(world_size)]
+    processes = [context.Process(target=_forked_rank, args=(r, world_size, port, pipes[r][1]))
+                 for r in range(world_size)]
+    for p in processes:
+        p.start()
+    [reader.recv() for reader, _ in pipes]
+    for p in processes:
+        p.join()
+    return time.perf_counter() - start
+
+
+def time_launch(world_size):
+    start = time.perf_counter()
+    ddp_lab.launch(trivial_all_reduce, world_size, backend="gloo")
+    return time.perf_counter() - start
+
+
+def time_cells(world_size, repeats):
+    with ddp_lab.Ranks(world_size, backend="gloo") as ranks:
+        ranks.execute("t = torch.ones(1)")
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            ranks.execute("dist.all_reduce(t)")
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def main(world_size=4, repeats=20):
+    rows = [("ddp_lab.launch, first call (starts the forkserver)", time_launch(world_size))]
+    launches = [time_launch(world_size) for _ in range(repeats)]
+    rows.append((f"ddp_lab.launch, repeated (median of {repeats})", statistics.median(launches)))
+    cells = time_cells(world_size, repeats * 5)
+    rows.append((f"persistent ranks, one cell (median of {repeats * 5})", statistics.median(cells)))
+    forks = [time_plain_fork(world_size) for _ in range(max(3, repeats // 4))]
+    baseline = statistics.median(forks)
+    rows.append((f"plain fork + gloo init (median of {len(forks)})", baseline))
+    rows.append(("torch.multiprocessing.spawn", time_mp_spawn(world_size)))
+
+    print(f"\nCall to results of a trivial all_reduce: world_size {world_size}, gloo, "
+          f"{available_cores()} cores, torch {torch.__version__}\n")
+    print(f"{'launcher':<56}{'time':>10}{'vs plain fork':>16}")
+    for name, seconds in rows:
+        print(f"{name:<56}{_format(seconds):>10}{seconds / baseline:>15.2f}x")
+
+
+def _format(seconds):
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.1f} ms"
