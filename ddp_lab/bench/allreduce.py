@@ -1,0 +1,148 @@
+"""All-reduce time, algorithm and bus bandwidth vs message size.
+
+Compares torch's built-in ``dist.all_reduce`` with the book's own
+``ddp_lab.ring.ring_all_reduce`` (with tracing off, and optionally on), run
+on the same ranks, interleaved size by size so that both see the same
+machine load::
+
+    python -m ddp_lab.bench allreduce --world-size 4 --min 1KiB --max 64MiB
+
+Timing follows nccl-tests: after warm-up, every rank times a loop of calls
+between two barriers; the slowest rank's time per call counts (a collective
+is done when its last rank is done); the median of a few such loops is kept.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import ddp_lab
+from ddp_lab.cost import bus_factor
+from ddp_lab.ring import RingTrace, ring_all_reduce
+
+IMPLEMENTATIONS = ("builtin", "ring", "ring+trace")
+
+
+def builtin(tensor):
+    dist.all_reduce(tensor)
+
+
+def ring(tensor):
+    ring_all_reduce(tensor)
+
+
+def ring_traced(tensor):
+    ring_all_reduce(tensor, trace=RingTrace())
+
+
+CALLS = {"builtin": builtin, "ring": ring, "ring+trace": ring_traced}
+
+
+def seconds_per_call(call, tensor, iterations, trials):
+    """Median over ``trials`` of the slowest rank's mean time per call."""
+    call(tensor)  # warm-up: connections, allocations
+    results = []
+    for _ in range(trials):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            call(tensor)
+        elapsed = torch.tensor([(time.perf_counter() - start) / iterations], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        results.append(elapsed.item())
+    return statistics.median(results)
+
+
+def measure_on_rank(sizes, implementations, device="cpu"):
+    """Run inside each rank: [(bytes, {implementation: seconds})] for each size."""
+    rows = []
+    for nbytes in sizes:
+        tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+        iterations = max(1, min(50, (4 << 20) // max(nbytes, 1)))
+        trials = 5 if nbytes <= (16 << 20) else 3
+        times = {name: seconds_per_call(CALLS[name], tensor, iterations, trials)
+                 for name in implementations}
+        rows.append((nbytes, times))
+    return rows
+
+
+def measure(world_size=4, sizes=None, implementations=("builtin", "ring"), backend="auto", timeout=600):
+    """Measure on ``world_size`` fresh ranks; return a list of result rows (dicts)."""
+    sizes = sizes or default_sizes()
+    unknown = set(implementations) - set(IMPLEMENTATIONS)
+    if unknown:
+        raise ValueError(f"unknown implementations {sorted(unknown)}: use {IMPLEMENTATIONS}")
+    rows = ddp_lab.launch(measure_on_rank, world_size, args=(sizes, tuple(implementations)),
+                          backend=backend, timeout=timeout)[0]
+    factor = bus_factor("all_reduce", world_size)
+    table = []
+    for nbytes, times in rows:
+        row = {"bytes": nbytes}
+        for name, seconds in times.items():
+            row[name] = {"seconds": seconds, "algbw": nbytes / seconds,
+                         "busbw": nbytes / seconds * factor}
+        table.append(row)
+    return table
+
+
+def default_sizes(smallest=1 << 10, largest=64 << 20):
+    sizes, size = [], smallest
+    while size <= largest:
+        sizes.append(size)
+        size *= 4
+    return sizes
+
+
+def format_table(table, baseline="builtin"):
+    """A text table: time and bus bandwidth per implementation, ratio vs baseline."""
+    names = [k for k in table[0] if k != "bytes"]
+    header = f"{'size':>9}" + "".join(f"{name + ' time':>18}{'busbw':>13}" for name in names)
+    header += "".join(f"{name + '/' + baseline:>18}" for name in names if name != baseline)
+    lines = [header]
+    for row in table:
+        line = f"{format_bytes(row['bytes']):>9}"
+        for name in names:
+            line += f"{format_seconds(row[name]['seconds']):>18}{format_rate(row[name]['busbw']):>13}"
+        for name in names:
+            if name != baseline:
+                ratio = row[name]["busbw"] / row[baseline]["busbw"]
+                line += f"{ratio:>17.2f}x"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def format_bytes(n):
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
+
+
+def format_seconds(s):
+    return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def format_rate(bytes_per_second):
+    return f"{bytes_per_second / 1e9:.2f} GB/s"
+
+
+def parse_size(text):
+    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "B": 1}
+    upper = text.strip().upper()
+    for unit, scale in units.items():
+        if upper.endswith(unit):
+            return int(float(upper[: -len(unit)]) * scale)
+    return int(upper)
+
+
+def main(world_size=4, smallest="1KiB", largest="64MiB", implementations=("builtin", "ring"),
+         backend="auto"):
+    sizes = default_sizes(parse_size(smallest), parse_size(largest))
+    table = measure(world_size, sizes, implementations, backend=backend)
+    print(f"\nall_reduce, world_size {world_size}, float32, torch {torch.__version__} "
+          f"(busbw = algbw x 2(W-1)/W = algbw x {bus_factor('all_reduce', world_size):.2f})\n")
+    print(format_table(table))

@@ -1,0 +1,146 @@
+"""Ring all-reduce, built only from point-to-point sends and receives.
+
+Each of the W ranks cuts its tensor into W chunks. The ranks stand in a
+ring: each sends to its right neighbour and receives from its left one.
+
+- **Reduce-scatter** (W-1 steps): at step s, rank r sends chunk (r-s) mod W
+  and receives chunk (r-s-1) mod W, which it adds to its own copy. After
+  W-1 steps, rank r holds the full sum of chunk (r+1) mod W.
+- **All-gather** (W-1 more steps): the same pattern, but a received chunk
+  replaces the local one: the finished sums travel around the ring.
+
+In both phases, what a rank sends at step s+1 is exactly what it received
+(and reduced) at step s. Every rank sends 2(W-1) chunks of N/W elements,
+2(W-1)/W x N in all: almost independent of W. That is why the ring scales
+where "send everything to rank 0" does not (see ``ddp_lab.naive``).
+
+Two engineering details make this Python ring keep up with gloo's C++ one:
+
+- Each chunk travels as a few *pieces*, and a received piece is reduced and
+  forwarded at once: a piece travels on while the next one is still being
+  added. The ring becomes a pipeline.
+- Sends and receives are asynchronous (``isend``/``irecv``), and the
+  receives of step s+1 are posted before step s is processed, into two
+  alternating scratch buffers, so data never waits for Python to ask for it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+OPS = ("sum", "avg")
+# Pieces are about this big: small enough to pipeline, large enough that
+# the fixed cost of one send stays small.
+PIECE_BYTES = 256 * 1024
+MAX_PIECES = 16
+
+
+def ring_all_reduce(tensor, op="sum", *, trace=None, piece_bytes=PIECE_BYTES):
+    """All-reduce ``tensor`` in place over the default group; return it.
+
+    Call it on every rank, like ``dist.all_reduce``. Works for any world size
+    (1 included), shape and size (empty, one element, sizes W does not divide)
+    and floating dtype. ``op`` is ``"sum"`` or ``"avg"``. Pass a
+    ``ddp_lab.trace.Trace`` as ``trace`` to record every step.
+    """
+    check_all_reduce_arguments(tensor, op)
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+    chunks = list(flat.tensor_split(world_size))
+    if trace is not None:
+        trace.start("ring", rank, chunks)
+    if world_size > 1:  # with one rank, the sum and the average are the tensor itself
+        _Ring(chunks, rank, op, piece_bytes, trace).run()
+    if not tensor.is_contiguous():  # we worked on a contiguous copy
+        tensor.copy_(flat.view_as(tensor))
+    return tensor
+
+
+class _Ring:
+    """One ring all-reduce, as seen by one rank."""
+
+    def __init__(self, chunks, rank, op, piece_bytes, trace):
+        self.chunks, self.rank, self.op, self.trace = chunks, rank, op, trace
+        self.world_size = len(chunks)
+        self.right = (rank + 1) % self.world_size
+        self.left = (rank - 1) % self.world_size
+        self.steps = 2 * (self.world_size - 1)
+        largest = max(c.numel() for c in chunks)
+        self.pieces = max(1, min(MAX_PIECES, largest * chunks[0].element_size() // piece_bytes))
+        # Step s receives into one buffer while step s-1's are still added.
+        self.scratch = [chunks[0].new_empty(largest) for _ in range(2)]
+        self.sends = []
+        self.contributions = [1] * self.world_size
+
+    def sent_chunk(self, step):
+        return (self.rank - step) % self.world_size
+
+    def received_chunk(self, step):
+        return (self.rank - step - 1) % self.world_size
+
+    def reducing(self, step):
+        return step < self.world_size - 1
+
+    def run(self):
+        for piece in self._pieces(self.chunks[self.sent_chunk(0)]):
+            self._send(piece, step=0)
+        receives = self._post_receives(0)
+        for step in range(self.steps):
+            following = self._post_receives(step + 1) if step + 1 < self.steps else None
+            self._finish(step, receives)
+            receives = following
+        self._wait_for_sends()
+
+    def _post_receives(self, step):
+        """Receive into scratch while reducing, straight into the chunk after."""
+        index = self.received_chunk(step)
+        if self.reducing(step):
+            target = self.scratch[step % 2][: self.chunks[index].numel()]
+        else:
+            self._wait_for_sends()  # a chunk we sent may be overwritten now
+            target = self.chunks[index]
+        return [(piece, dist.irecv(piece, self.left, tag=step)) for piece in self._pieces(target)]
+
+    def _finish(self, step, receives):
+        """Take each received piece, reduce it, and pass it on to the right."""
+        index = self.received_chunk(step)
+        last_reduction = step == self.world_size - 2
+        for own, (received, work) in zip(self._pieces(self.chunks[index]), receives):
+            work.wait()
+            if self.reducing(step):
+                own.add_(received)
+                if last_reduction and self.op == "avg":
+                    own.div_(self.world_size)  # this chunk's sum is complete
+            if step + 1 < self.steps:
+                self._send(own, step=step + 1)
+        # The incoming partial sum carries step + 1 inputs; ours makes step + 2.
+        self.contributions[index] = step + 2 if self.reducing(step) else self.world_size
+        if self.trace is not None:
+            self.trace.record(
+                "reduce-scatter" if self.reducing(step) else "all-gather",
+                sends=[(self.right, self.sent_chunk(step))],
+                receives=[(self.left, index)],
+                chunks=self.chunks, contributions=self.contributions)
+
+    def _pieces(self, tensor):
+        return tensor.tensor_split(self.pieces)
+
+    def _send(self, piece, step):
+        self.sends.append(dist.isend(piece, self.right, tag=step))
+        if self.trace is not None:
+            self.trace.count_bytes(piece)
+
+    def _wait_for_sends(self):
+        for work in self.sends:
+            work.wait()
+        self.sends.clear()
+
+
+def check_all_reduce_arguments(tensor, op):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"all-reduce needs a torch.Tensor, got {type(tensor).__name__}")
+    if not tensor.is_floating_point():
+        raise TypeError(f"all-reduce needs a floating-point tensor, got dtype {tensor.dtype}")
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}: use 'sum' or 'avg'")

@@ -1,0 +1,53 @@
+"""The all-reduce animation is drawn from the traced values."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from ddp_lab.allreduce_runs import run_traced_all_reduce  # noqa: E402
+from ddp_lab.draw import allreduce as draw  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ring_run():
+    return run_traced_all_reduce("ring", world_size=3, length=6)
+
+
+def frame_texts(run, frame):
+    fig, ax = draw.new_axes()
+    draw.draw_frame(run, frame, ax)
+    texts = [t.get_text() for t in ax.texts] + [ax.get_title(loc="left")]
+    plt.close(fig)
+    return texts
+
+
+def test_every_cell_shows_the_values_the_rank_held(ring_run):
+    for frame in range(len(ring_run.traces[0].steps) + 1):
+        texts = frame_texts(ring_run, frame)
+        for trace in ring_run.traces:
+            chunks = trace.initial if frame == 0 else trace.steps[frame - 1].chunks
+            for chunk in chunks:
+                assert "\n".join(f"{v:g}" for v in chunk.tolist()) in texts
+
+
+def test_frames_name_the_phase_and_the_last_one_checks_against_torch(ring_run):
+    assert "the inputs" in frame_texts(ring_run, 0)[-1]
+    assert "step 1 of 4 (reduce-scatter)" in frame_texts(ring_run, 1)[-1]
+    last = frame_texts(ring_run, 4)
+    assert "step 4 of 4 (all-gather)" in last[-1]
+    assert any("equal to torch's dist.all_reduce" in t for t in last)
+    assert any("rank 0: 32" in t for t in last)  # 2(W-1) = 4 chunks of 2 float32
+
+
+def test_arrows_carry_the_chunk_labels_of_the_step(ring_run):
+    texts = frame_texts(ring_run, 1)
+    sent = {f"c{chunk}" for trace in ring_run.traces for _, chunk in trace.steps[0].sends}
+    assert sent == {"c0", "c1", "c2"} and sent <= set(texts)
+
+
+def test_the_animation_has_one_frame_per_step_plus_the_inputs(ring_run):
+    html = draw.animate(ring_run).to_jshtml()
+    assert html.count("data:image/png;base64") == 5

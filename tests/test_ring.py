@@ -1,0 +1,101 @@
+"""The book's ring all-reduce against torch's, on real gloo ranks."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ddp_lab
+from ddp_lab.allreduce_runs import run_traced_all_reduce
+from ddp_lab.naive import naive_all_reduce
+from ddp_lab.ring import ring_all_reduce
+from ddp_lab.trace import Trace
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def compare_with_torch(algorithm, cases, seed):
+    """Inside a rank: run every case with ``algorithm`` and with dist.all_reduce."""
+    generator = torch.Generator().manual_seed(seed)  # same shapes on every rank
+    rank_values = torch.Generator().manual_seed(seed + 1000 * (dist.get_rank() + 1))
+    mismatches = []
+    for case in range(cases):
+        shape = [int(torch.randint(0, 7, (1,), generator=generator)) for _ in range(
+            int(torch.randint(0, 4, (1,), generator=generator)))]
+        if case % 5 == 0:
+            shape = [int(torch.randint(0, 300_000, (1,), generator=generator))]
+        dtype = DTYPES[int(torch.randint(0, len(DTYPES), (1,), generator=generator))]
+        op = "avg" if case % 3 == 0 else "sum"
+        transpose = len(shape) >= 2 and case % 2 == 0
+        x = torch.randn(shape, generator=rank_values).to(dtype)
+        if transpose:
+            x = x.transpose(0, 1)  # not contiguous
+        expected = x.double()
+        dist.all_reduce(expected)
+        if op == "avg":
+            expected /= dist.get_world_size()
+        result = algorithm(x, op)
+        tolerance = 1e-5 if dtype in (torch.float32, torch.float64) else 5e-2
+        if result is not x or x.shape != expected.shape or not torch.allclose(
+                x.double(), expected, rtol=tolerance, atol=tolerance):
+            mismatches.append((tuple(shape), str(dtype), op, transpose))
+    return mismatches
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("algorithm", [ring_all_reduce, naive_all_reduce])
+def test_matches_torch_all_reduce_on_random_tensors(world_size, algorithm):
+    results = ddp_lab.launch(compare_with_torch, world_size, args=(algorithm, 40, world_size),
+                             backend="gloo")
+    assert results == [[]] * world_size
+
+
+def test_small_pieces_pipeline_correctly():
+    def work():
+        x = torch.arange(10_000, dtype=torch.float32) * (dist.get_rank() + 1)
+        ring_all_reduce(x, piece_bytes=64)  # many pieces per chunk
+        return torch.equal(x, torch.arange(10_000, dtype=torch.float32) * 10)
+
+    assert ddp_lab.launch(work, 4, backend="gloo") == [True] * 4
+
+
+def test_bad_arguments_are_refused():
+    def work(tensor, op):
+        ring_all_reduce(tensor, op)
+
+    with pytest.raises(ddp_lab.RankFailed, match="floating-point tensor, got dtype torch.int64"):
+        ddp_lab.launch(work, 2, args=(torch.ones(3, dtype=torch.long), "sum"), backend="gloo")
+    with pytest.raises(ddp_lab.RankFailed, match="unknown op 'max'"):
+        ddp_lab.launch(work, 2, args=(torch.ones(3), "max"), backend="gloo")
+
+
+def test_ring_trace_follows_the_textbook_schedule():
+    run = run_traced_all_reduce("ring", world_size=4, length=8)
+    assert run.correct
+    for trace in run.traces:
+        r = trace.rank
+        assert [s.phase for s in trace.steps] == ["reduce-scatter"] * 3 + ["all-gather"] * 3
+        assert [s.sends for s in trace.steps] == [[((r + 1) % 4, (r - s) % 4)] for s in range(6)]
+        assert [s.receives for s in trace.steps] == [[((r - 1) % 4, (r - s - 1) % 4)] for s in range(6)]
+        # after reduce-scatter, rank r owns the full sum of chunk r+1
+        owned = (r + 1) % 4
+        assert trace.steps[2].contributions[owned] == 4
+        assert torch.equal(trace.steps[2].chunks[owned], run.expected.tensor_split(4)[owned])
+        assert all(torch.equal(c, e) for c, e in zip(trace.steps[-1].chunks, run.expected.tensor_split(4)))
+        assert trace.bytes_sent == 2 * 3 * 2 * 4  # 2(W-1) chunks of 2 float32
+
+
+def test_naive_trace_puts_all_the_traffic_on_rank_0():
+    run = run_traced_all_reduce("naive", world_size=4, length=8)
+    assert run.correct
+    assert [t.bytes_sent for t in run.traces] == [3 * 32, 32, 32, 32]
+    assert len(run.traces[0].steps) == 6
+
+
+def test_tracing_keeps_only_a_preview_of_big_chunks():
+    def work():
+        trace = Trace(max_values=3)
+        ring_all_reduce(torch.ones(1000), trace=trace)
+        return [c.numel() for c in trace.steps[-1].chunks], trace.chunk_sizes
+
+    previews, sizes = ddp_lab.launch(work, 2, backend="gloo")[0]
+    assert previews == [3, 3] and sizes == [500, 500]
