@@ -1,19 +1,36 @@
-"""``python -m ddp_lab.bench launch [--world-size 4] [--repeats 20]``."""
+"""Benchmarks that print figures.
+
+    python -m ddp_lab.bench launch     [--world-size 4] [--repeats 20]
+    python -m ddp_lab.bench allreduce  [--world-size 4] [--min 1KiB] [--max 64MiB] [--trace]
+"""
 
 import argparse
 
-from . import launch_speed
+from . import allreduce, launch_speed
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m ddp_lab.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ddp_lab.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="benchmark", required=True)
+
     launch = commands.add_parser("launch", help="time from call to results of a trivial all_reduce")
     launch.add_argument("--world-size", type=int, default=4)
     launch.add_argument("--repeats", type=int, default=20)
+
+    reduce = commands.add_parser("allreduce", help="built-in vs the book's ring all-reduce")
+    reduce.add_argument("--world-size", type=int, default=4)
+    reduce.add_argument("--min", default="1KiB", help="smallest message (default 1KiB)")
+    reduce.add_argument("--max", default="64MiB", help="largest message (default 64MiB)")
+    reduce.add_argument("--trace", action="store_true", help="also time the ring with tracing on")
+    reduce.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
+
     args = parser.parse_args(argv)
     if args.benchmark == "launch":
         launch_speed.main(world_size=args.world_size, repeats=args.repeats)
+    elif args.benchmark == "allreduce":
+        implementations = ("builtin", "ring") + (("ring+trace",) if args.trace else ())
+        allreduce.main(args.world_size, args.min, args.max, implementations, backend=args.backend)
 
 
 if __name__ == "__main__":

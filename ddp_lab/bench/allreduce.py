@@ -22,7 +22,8 @@ import torch.distributed as dist
 
 import ddp_lab
 from ddp_lab.cost import bus_factor
-from ddp_lab.ring import RingTrace, ring_all_reduce
+from ddp_lab.ring import ring_all_reduce
+from ddp_lab.trace import Trace
 
 IMPLEMENTATIONS = ("builtin", "ring", "ring+trace")
 
@@ -36,7 +37,7 @@ def ring(tensor):
 
 
 def ring_traced(tensor):
-    ring_all_reduce(tensor, trace=RingTrace())
+    ring_all_reduce(tensor, trace=Trace())
 
 
 CALLS = {"builtin": builtin, "ring": ring, "ring+trace": ring_traced}
@@ -101,7 +102,7 @@ def format_table(table, baseline="builtin"):
     """A text table: time and bus bandwidth per implementation, ratio vs baseline."""
     names = [k for k in table[0] if k != "bytes"]
     header = f"{'size':>9}" + "".join(f"{name + ' time':>18}{'busbw':>13}" for name in names)
-    header += "".join(f"{name + '/' + baseline:>18}" for name in names if name != baseline)
+    header += "".join(f"{name + '/' + baseline:>21}" for name in names if name != baseline)
     lines = [header]
     for row in table:
         line = f"{format_bytes(row['bytes']):>9}"
@@ -110,7 +111,7 @@ def format_table(table, baseline="builtin"):
         for name in names:
             if name != baseline:
                 ratio = row[name]["busbw"] / row[baseline]["busbw"]
-                line += f"{ratio:>17.2f}x"
+                line += f"{ratio:>20.2f}x"
         lines.append(line)
     return "\n".join(lines)
 
