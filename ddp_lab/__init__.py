@@ -6,14 +6,24 @@ The companion package of the book. The pieces a chapter uses:
 - ``Ranks(world_size)`` and the ``%%ddp`` cell magic (``%load_ext ddp_lab``):
   ranks that stay alive between cells, for interactive work.
 - ``RankFailed``, ``RankDied``, ``RanksTimedOut``: what a launch can raise.
+- ``Topology`` and ``devices_for``: ranks and devices of a cluster, by arithmetic.
+- ``ring_all_reduce`` and ``naive_all_reduce``: the book's own all-reduces,
+  built from send/recv, and ``run_traced_all_reduce`` to watch them work.
+- ``ddp_lab.checks``: the labs' checkers; ``ddp_lab.bench``: benchmarks.
 
 ``import ddp_lab`` stays light: drawings (matplotlib, ipywidgets) live in
 ``ddp_lab.draw`` and are imported only when asked for.
 """
 
+from .allreduce_runs import AllReduceRun, run_traced_all_reduce
+from .devices import device_for, devices_for
 from .errors import LaunchError, RankDied, RankFailed, RanksTimedOut
 from .launcher import launch
+from .naive import naive_all_reduce
 from .persistent import Ranks
+from .ring import ring_all_reduce
+from .topology import Process, Topology
+from .trace import Trace
 
 __all__ = [
     "launch",
@@ -22,6 +32,15 @@ __all__ = [
     "RankFailed",
     "RankDied",
     "RanksTimedOut",
+    "Topology",
+    "Process",
+    "devices_for",
+    "device_for",
+    "ring_all_reduce",
+    "naive_all_reduce",
+    "Trace",
+    "run_traced_all_reduce",
+    "AllReduceRun",
 ]
 
 

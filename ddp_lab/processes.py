@@ -83,6 +83,7 @@ class RankProcesses:
     """``plan.world_size`` running ranks and the lines to talk to them."""
 
     def __init__(self, plan, *, first_jobs=(), source_lines=None):
+        _check_main_module_can_be_imported()
         self.plan = plan
         self._store, self.port = _loopback_store(plan.timeout)
         context = forkserver_context()
@@ -244,6 +245,26 @@ class RankProcesses:
                 r.output_pipe = None
             r.process.close()
         self._store = None  # closes the store's listening socket
+
+
+def _check_main_module_can_be_imported():
+    """Refuse a launch that multiprocessing would break in every rank.
+
+    Like ``torch.multiprocessing.spawn``, each rank imports the caller's
+    script (as ``__mp_main__``) before it starts: a script is fine (with the
+    usual ``if __name__ == "__main__":`` guard), a notebook is fine (it has
+    no file), but code piped into ``python -`` names a file that does not
+    exist, and every rank would die on start-up.
+    """
+    import sys
+
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file is not None and not os.path.exists(main_file):
+        raise RuntimeError(
+            f"cannot start ranks from code whose __main__ is {main_file!r}: each rank "
+            "re-imports the main script, and this one is not a file. Save the code "
+            "to a .py file (with an `if __name__ == \"__main__\":` guard) or run it "
+            "in a notebook.")
 
 
 def _start_rank(context, setup, first_jobs):

@@ -170,3 +170,13 @@ def test_nccl_without_enough_gpus_says_how_many_there_are():
     count = torch.cuda.device_count()
     with pytest.raises(ValueError, match=f"world_size=4 but this machine has {count}"):
         ddp_lab.launch(os.getpid, 4, backend="nccl")
+
+
+def test_code_piped_into_python_gets_a_clear_error_instead_of_dead_ranks():
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-"], input="import ddp_lab\nddp_lab.launch(abs, 2, args=(1,))\n",
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "cannot start ranks from code whose __main__ is '<stdin>'" in run.stderr
