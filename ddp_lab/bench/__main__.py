@@ -2,11 +2,12 @@
 
     python -m ddp_lab.bench launch     [--world-size 4] [--repeats 20]
     python -m ddp_lab.bench allreduce  [--world-size 4] [--min 1KiB] [--max 64MiB] [--trace]
+    python -m ddp_lab.bench collectives [--world-size 4] [--repeats 5] [--max-bytes N]
 """
 
 import argparse
 
-from . import allreduce, launch_speed
+from . import allreduce, collectives, launch_speed
 
 
 def main(argv=None):
@@ -25,12 +26,17 @@ def main(argv=None):
     reduce.add_argument("--trace", action="store_true", help="also time the ring with tracing on")
     reduce.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
 
+    every = commands.add_parser("collectives", help="time, algbw and busbw of every collective")
+    every.add_argument("rest", nargs=argparse.REMAINDER, help="options of ddp_lab.bench.collectives")
+
     args = parser.parse_args(argv)
     if args.benchmark == "launch":
         launch_speed.main(world_size=args.world_size, repeats=args.repeats)
     elif args.benchmark == "allreduce":
         implementations = ("builtin", "ring") + (("ring+trace",) if args.trace else ())
         allreduce.main(args.world_size, args.min, args.max, implementations, backend=args.backend)
+    elif args.benchmark == "collectives":
+        collectives.main(args.rest)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,188 @@
+"""The alpha-beta cost model of communication, and algorithm vs bus bandwidth.
+
+Sending ``n`` bytes over one link costs a fixed start-up time (the *latency*,
+alpha: system calls, a round trip, waking the receiver) plus the time the bytes
+spend on the wire (``n / bandwidth``, the beta term)::
+
+    time = latency + n / bandwidth
+
+Small messages are all latency; large ones are all bandwidth. A collective is
+a schedule of such transfers, so its cost follows from two numbers: how many
+*steps* each rank waits through (each pays the latency once), and how many
+*bytes* each rank sends in total (paid at the bandwidth). For the ring
+algorithms that NCCL and gloo use on large tensors:
+
+=================  ===========  =========================
+collective         steps        bytes sent by each rank
+=================  ===========  =========================
+all_reduce         2(W-1)       2(W-1)/W x n
+all_gather         W-1          (W-1)/W x n   (n = output size)
+reduce_scatter     W-1          (W-1)/W x n   (n = input size)
+broadcast, reduce  W-1 (chain)  n             (pipelined)
+=================  ===========  =========================
+
+*Algorithm bandwidth* (algbw) is what a user sees: the tensor's size divided by
+the time the call took. It falls as the world grows, even on a perfect network,
+because each rank must send more than ``n`` bytes. *Bus bandwidth* (busbw)
+multiplies algbw by the ring's factor (``bus_factor``): it is the speed each
+link actually ran at, so it can be compared with the hardware's link speed and
+across world sizes. This is the convention of nccl-tests.
+"""
+
+from __future__ import annotations
+
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "scatter",
+    "gather",
+    "send_recv",
+    "barrier",
+)
+
+
+def _check_collective(collective: str) -> None:
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+
+
+def _check_world_size(world_size: int) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+
+
+def transfer_time(nbytes: float, latency: float, bandwidth: float) -> float:
+    """Seconds to send ``nbytes`` over one link: ``latency + nbytes / bandwidth``.
+
+    ``latency`` in seconds, ``bandwidth`` in bytes per second.
+    """
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    if latency < 0:
+        raise ValueError(f"latency must be >= 0 seconds, got {latency!r}")
+    if bandwidth <= 0:
+        raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth!r}")
+    return latency + nbytes / bandwidth
+
+
+def bus_factor(collective: str, world_size: int) -> float:
+    """How many times the tensor's size each rank sends, for the ring algorithm.
+
+    all_reduce: 2(W-1)/W (a reduce-scatter then an all-gather);
+    all_gather, reduce_scatter, all_to_all: (W-1)/W;
+    broadcast, reduce, send_recv: 1 (each link carries the whole tensor once);
+    scatter, gather: (W-1)/W (the root sends or receives every other rank's
+    share); barrier: 0 (it carries no data).
+
+    ``busbw = algbw * bus_factor(collective, W)``.
+    """
+    _check_collective(collective)
+    _check_world_size(world_size)
+    w = world_size
+    if collective == "all_reduce":
+        return 2 * (w - 1) / w
+    if collective in ("all_gather", "reduce_scatter", "all_to_all", "scatter", "gather"):
+        return (w - 1) / w
+    if collective in ("broadcast", "reduce", "send_recv"):
+        return 1.0
+    return 0.0  # barrier
+
+
+def ring_steps(collective: str, world_size: int) -> int:
+    """Latency-bound steps of the ring algorithm: each step pays the latency once."""
+    _check_collective(collective)
+    _check_world_size(world_size)
+    w = world_size
+    if collective == "all_reduce":
+        return 2 * (w - 1)
+    if collective == "send_recv":
+        return 1
+    if collective == "barrier":
+        return 2 * (w - 1)  # a barrier is an all_reduce of nothing
+    return w - 1
+
+
+def bytes_sent_per_rank(collective: str, nbytes: int, world_size: int) -> float:
+    """Bytes each rank sends in the ring algorithm for a tensor of ``nbytes``.
+
+    ``nbytes`` is the size of the full tensor: the input of all_reduce,
+    broadcast and reduce, the *output* of all_gather, the *input* of
+    reduce_scatter. For scatter and gather it is what the root sends or
+    receives (the other ranks send or receive ``nbytes / W``).
+    """
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    return nbytes * bus_factor(collective, world_size)
+
+
+def collective_time(collective: str, nbytes: int, world_size: int, latency: float, bandwidth: float) -> float:
+    """Predicted seconds for a ring collective: steps x latency + bytes sent / bandwidth."""
+    if latency < 0:
+        raise ValueError(f"latency must be >= 0 seconds, got {latency!r}")
+    if bandwidth <= 0:
+        raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth!r}")
+    steps = ring_steps(collective, world_size)
+    return steps * latency + bytes_sent_per_rank(collective, nbytes, world_size) / bandwidth
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth in bytes/s: the tensor's size over the call's time."""
+    if seconds <= 0:
+        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    return nbytes / seconds
+
+
+def busbw(collective: str, nbytes: float, seconds: float, world_size: int) -> float:
+    """Bus bandwidth in bytes/s: ``algbw * bus_factor(collective, world_size)``.
+
+    Comparable across world sizes and with a link's rated speed.
+    """
+    return algbw(nbytes, seconds) * bus_factor(collective, world_size)
+
+
+def format_bytes(nbytes: float) -> str:
+    """``1536 -> '1.5 KiB'``: sizes the way the book prints them."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(nbytes) < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    raise AssertionError("unreachable")
+
+
+def fit_latency_bandwidth(nbytes, seconds) -> tuple[float, float]:
+    """Fit ``seconds = latency + nbytes / bandwidth`` to measurements.
+
+    A straight line through the (size, time) points: its intercept is the
+    latency (seconds), its slope one over the bandwidth (bytes/s). The fit
+    minimises *relative* errors (each point weighted by 1 / time²), so that
+    the microsecond times of small messages count as much as the
+    millisecond times of large ones; an ordinary least-squares line would be
+    pulled entirely by the largest messages and miss the latency. Give it
+    sizes that span small and large messages, or one of the two terms is not
+    measured at all.
+    """
+    nbytes, seconds = list(map(float, nbytes)), list(map(float, seconds))
+    if len(nbytes) != len(seconds) or len(nbytes) < 2:
+        raise ValueError(
+            f"need at least two (nbytes, seconds) pairs of equal length, got "
+            f"{len(nbytes)} sizes and {len(seconds)} times")
+    if min(seconds) <= 0:
+        raise ValueError(f"times must be > 0 seconds, got {min(seconds)!r}")
+    if len(set(nbytes)) < 2:
+        raise ValueError("all the sizes are equal: measure at least two different sizes")
+    weights = [1 / t ** 2 for t in seconds]
+    total = sum(weights)
+    mean_x = sum(w * x for w, x in zip(weights, nbytes)) / total
+    mean_y = sum(w * y for w, y in zip(weights, seconds)) / total
+    sxx = sum(w * (x - mean_x) ** 2 for w, x in zip(weights, nbytes))
+    sxy = sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, nbytes, seconds))
+    slope = sxy / sxx
+    latency = max(0.0, mean_y - slope * mean_x)
+    bandwidth = 1 / slope if slope > 0 else float("inf")
+    return latency, bandwidth

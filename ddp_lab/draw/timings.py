@@ -1,0 +1,94 @@
+"""Plot measured communication times or bandwidths against message size.
+
+Takes the rows of :mod:`ddp_lab.bench.collectives` (``Timing`` objects:
+collective, world size, bytes, seconds) and draws one line per collective on
+log-log axes, sizes in bytes along the bottom. With ``fits``, the alpha-beta
+model fitted to each collective (``latency + nbytes / bandwidth``) is drawn
+as a dashed line of the same colour, so the two regimes are visible: flat
+where latency dominates, rising with slope 1 where bandwidth does.
+
+Nothing here starts a process or measures anything: it only draws.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from ddp_lab.cost import format_bytes
+
+__all__ = ["draw_timings"]
+
+QUANTITIES = {
+    "seconds": ("time per call (median)", lambda r: r.seconds),
+    "best": ("time per call (fastest of the repeats)", lambda r: r.best),
+    "algbw": ("algorithm bandwidth (bytes/s)", lambda r: r.algbw),
+    "busbw": ("bus bandwidth (bytes/s)", lambda r: r.busbw),
+}
+COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#999999", "#000000")
+
+
+def draw_timings(rows, *, y: str = "seconds", fits: dict | None = None, title: str | None = None,
+                 ax=None) -> Figure:
+    """One line per collective: ``y`` against size.
+
+    ``y``: "seconds" (median time), "best" (fastest repeat), "algbw" or
+    "busbw". ``fits``: optional ``{collective: (latency, bandwidth)}`` to draw
+    the model ``latency + nbytes / bandwidth`` (with ``y`` a time).
+    """
+    if y not in QUANTITIES:
+        raise ValueError(f"y must be one of {', '.join(QUANTITIES)}, got {y!r}")
+    rows = list(rows)
+    if not rows:
+        raise ValueError("draw_timings needs at least one measurement")
+    if fits and y not in ("seconds", "best"):
+        raise ValueError("fits are times: draw them with y='seconds' or y='best'")
+    label, value = QUANTITIES[y]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        plt.close(fig)
+    names = list(dict.fromkeys(r.collective for r in rows))
+    for index, name in enumerate(names):
+        mine = sorted((r for r in rows if r.collective == name), key=lambda r: r.nbytes)
+        colour = COLOURS[index % len(COLOURS)]
+        ax.plot([r.nbytes for r in mine], [value(r) for r in mine], "o-", color=colour,
+                label=name, markersize=4, linewidth=1.5)
+        if fits and name in fits:
+            latency, bandwidth = fits[name]
+            sizes = [r.nbytes for r in mine]
+            ax.plot(sizes, [latency + n / bandwidth for n in sizes], "--", color=colour,
+                    linewidth=1, label=f"{name}: fitted α + n/B")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v).replace(".0 ", " ")))
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _seconds(v) if y in ("seconds", "best") else _rate(v)))
+    ax.set_xlabel("message size")
+    ax.set_ylabel(label)
+    ax.grid(True, which="major", color="#DDDDDD", linewidth=0.8)
+    ax.legend(frameon=False, fontsize=9)
+    world = sorted({r.world_size for r in rows})
+    ax.set_title(title if title is not None else
+                 f"measured on this machine, {' / '.join(map(str, world))} gloo ranks", fontsize=11)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def _seconds(v):
+    if v >= 1:
+        return f"{v:g} s"
+    if v >= 1e-3:
+        return f"{v * 1e3:g} ms"
+    return f"{v * 1e6:g} µs"
+
+
+def _rate(v):
+    for unit in ("B/s", "KB/s", "MB/s", "GB/s"):
+        if v < 1000 or unit == "GB/s":
+            return f"{v:g} {unit}"
+        v /= 1000
+    return f"{v:g} GB/s"

@@ -1,0 +1,33 @@
+"""The collectives benchmark runs and returns well-formed rows (no timing is asserted)."""
+
+import pytest
+
+from ddp_lab.bench import collectives as bench
+from ddp_lab.cost import bus_factor
+
+
+def test_measure_collectives_rows():
+    rows = bench.measure_collectives(world_size=2, sizes=(1024, 4096),
+                                     collectives=("send_recv", "all_reduce", "all_gather"), repeats=2)
+    assert [(r.collective, r.nbytes) for r in rows] == [
+        (c, n) for c in ("send_recv", "all_reduce", "all_gather") for n in (1024, 4096)]
+    for r in rows:
+        assert r.seconds > 0 and r.world_size == 2
+        assert r.busbw == pytest.approx(r.algbw * bus_factor(r.collective, 2))
+    text = bench.table(rows)
+    assert text.splitlines()[0].split() == ["collective", "size", "time", "algbw", "busbw", "busbw/link"]
+    assert len(text.splitlines()) == 1 + len(rows)
+    assert text.splitlines()[1].split()[-1] == "1.00"  # send_recv against itself
+
+
+def test_parameter_server_timing_rows():
+    rows = bench.time_parameter_server_vs_all_reduce(world_size=2, sizes=(4096,), repeats=2)
+    assert rows[0]["nbytes"] == 4096
+    assert rows[0]["parameter_server"] > 0 and rows[0]["all_reduce"] > 0
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown collective 'allreduce'"):
+        bench.measure_collectives(collectives=("allreduce",))
+    with pytest.raises(ValueError, match="world_size must be at least 2"):
+        bench.measure_collectives(world_size=1)

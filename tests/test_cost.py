@@ -1,0 +1,82 @@
+"""The alpha-beta cost model and the bandwidth conventions of nccl-tests."""
+
+import math
+
+import pytest
+
+from ddp_lab import cost
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 4, 8, 64])
+def test_bus_factor_of_the_ring(w):
+    assert cost.bus_factor("all_reduce", w) == pytest.approx(2 * (w - 1) / w)
+    assert cost.bus_factor("all_gather", w) == pytest.approx((w - 1) / w)
+    assert cost.bus_factor("reduce_scatter", w) == pytest.approx((w - 1) / w)
+    assert cost.bus_factor("broadcast", w) == 1.0
+    assert cost.bus_factor("reduce", w) == 1.0
+    assert cost.bus_factor("barrier", w) == 0.0
+
+
+def test_all_reduce_is_a_reduce_scatter_then_an_all_gather():
+    for w in range(1, 9):
+        both = cost.bus_factor("reduce_scatter", w) + cost.bus_factor("all_gather", w)
+        assert cost.bus_factor("all_reduce", w) == pytest.approx(both)
+        assert cost.ring_steps("all_reduce", w) == 2 * cost.ring_steps("all_gather", w)
+
+
+def test_all_reduce_factor_tends_to_two():
+    assert cost.bus_factor("all_reduce", 4) == 1.5
+    assert cost.bus_factor("all_reduce", 1024) < 2
+    assert math.isclose(cost.bus_factor("all_reduce", 10**6), 2, rel_tol=1e-5)
+
+
+def test_transfer_time_is_latency_plus_size_over_bandwidth():
+    assert cost.transfer_time(0, 1e-5, 1e9) == pytest.approx(1e-5)
+    assert cost.transfer_time(1e9, 1e-5, 1e9) == pytest.approx(1 + 1e-5)
+
+
+def test_collective_time_adds_steps_and_bytes():
+    t = cost.collective_time("all_reduce", 4000, 4, latency=1e-3, bandwidth=1000)
+    assert t == pytest.approx(6 * 1e-3 + 1.5 * 4000 / 1000)
+
+
+def test_algbw_and_busbw():
+    assert cost.algbw(2e9, 1.0) == 2e9
+    assert cost.busbw("all_reduce", 2e9, 1.0, 4) == pytest.approx(3e9)
+    assert cost.busbw("all_gather", 2e9, 2.0, 2) == pytest.approx(0.5e9)
+
+
+def test_bytes_sent_per_rank():
+    assert cost.bytes_sent_per_rank("all_reduce", 1000, 4) == 1500
+    assert cost.bytes_sent_per_rank("broadcast", 1000, 4) == 1000
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: cost.bus_factor("allreduce", 4), "unknown collective 'allreduce'"),
+    (lambda: cost.bus_factor("all_reduce", 0), "world_size must be a positive int, got 0"),
+    (lambda: cost.bus_factor("all_reduce", 2.0), "got 2.0"),
+    (lambda: cost.transfer_time(10, 0, 0), "bandwidth must be > 0"),
+    (lambda: cost.transfer_time(-1, 0, 1), "nbytes must be >= 0"),
+    (lambda: cost.algbw(10, 0), "seconds must be > 0"),
+])
+def test_bad_input_names_the_bad_value(call, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        call()
+
+
+def test_format_bytes():
+    assert cost.format_bytes(512) == "512 B"
+    assert cost.format_bytes(1536) == "1.5 KiB"
+    assert cost.format_bytes(4 * 2**20) == "4.0 MiB"
+
+
+def test_fit_latency_bandwidth_recovers_the_model():
+    sizes = [1e3, 1e4, 1e5, 1e6, 1e7]
+    times = [cost.transfer_time(n, 2e-5, 1.5e9) for n in sizes]
+    latency, bandwidth = cost.fit_latency_bandwidth(sizes, times)
+    assert latency == pytest.approx(2e-5, rel=1e-6)
+    assert bandwidth == pytest.approx(1.5e9, rel=1e-6)
+    with pytest.raises(ValueError, match="at least two"):
+        cost.fit_latency_bandwidth([1], [1])
+    with pytest.raises(ValueError, match="all the sizes are equal"):
+        cost.fit_latency_bandwidth([5, 5], [1, 2])
