@@ -193,3 +193,30 @@ class Topology:
             {"node": p.node, "gpus": p.gpus, "global_rank": p.global_rank, "local_rank": p.local_rank}
             for p in self.processes
         ]
+
+    def format_table(self) -> str:
+        """:meth:`table` as aligned plain text, one line per process, for printing.
+
+        The rank columns also name the environment variables in which a
+        launcher such as torchrun hands each process its ranks.
+
+        >>> print(Topology(nodes=2, gpus_per_node=2, gpus_per_process=2).format_table())
+        node  GPUs  global rank R_g (RANK)  local rank R_l (LOCAL_RANK)
+           0  0, 1                       0                            0
+           1  0, 1                       1                            0
+        """
+        header = ("node", "GPUs", "global rank R_g (RANK)", "local rank R_l (LOCAL_RANK)")
+        rows = [
+            (str(p.node), ", ".join(map(str, p.gpus)), str(p.global_rank), str(p.local_rank))
+            for p in self.processes
+        ]
+        widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
+
+        def line(cells, numbers_right=True):
+            aligned = [
+                cell.ljust(width) if column == 1 or not numbers_right else cell.rjust(width)
+                for column, (cell, width) in enumerate(zip(cells, widths))
+            ]
+            return "  ".join(aligned).rstrip()
+
+        return "\n".join([line(header, numbers_right=False), *(line(row) for row in rows)])

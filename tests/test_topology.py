@@ -156,3 +156,29 @@ def test_bad_lookups_name_the_value_and_the_range(call, error, named):
     with pytest.raises(error) as raised:
         call(t)
     assert named in str(raised.value)
+
+
+def test_format_table_of_the_second_scenario():
+    """One aligned line per process, GPU pairs listed, ranks under their headers."""
+    lines = Topology(nodes=2, gpus_per_node=4, gpus_per_process=2).format_table().splitlines()
+    assert lines[0].split("  ")[:2] == ["node", "GPUs"]
+    assert "global rank R_g (RANK)" in lines[0] and "local rank R_l (LOCAL_RANK)" in lines[0]
+    rows = [line.split() for line in lines[1:]]
+    assert rows == [
+        ["0", "0,", "1", "0", "0"],
+        ["0", "2,", "3", "1", "1"],
+        ["1", "0,", "1", "2", "0"],
+        ["1", "2,", "3", "3", "1"],
+    ]
+    # the last digit of each rank sits under the end of its header
+    assert len({len(line) for line in lines}) == 1
+
+
+@pytest.mark.parametrize("nodes, gpus, k", SMALL)
+def test_format_table_has_a_line_per_process(nodes, gpus, k):
+    t = Topology(nodes, gpus, k)
+    lines = t.format_table().splitlines()
+    assert len(lines) == 1 + t.world_size
+    for line, p in zip(lines[1:], t.processes):
+        cells = line.split()
+        assert (int(cells[0]), int(cells[-2]), int(cells[-1])) == (p.node, p.global_rank, p.local_rank)
