@@ -75,7 +75,7 @@ def forkserver_context():
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")  # Windows
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "torch.distributed", "ddp_lab.rank_process"])
+    context.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "ddp_lab.rank_process"])
     return context
 
 

@@ -3,14 +3,23 @@
     python -m ddp_lab.bench launch     [--world-size 4] [--repeats 20]
     python -m ddp_lab.bench allreduce  [--world-size 4] [--min 1KiB] [--max 64MiB] [--trace]
     python -m ddp_lab.bench collectives [--world-size 4] [--repeats 5] [--max-bytes N]
+    python -m ddp_lab.bench training   [--world-sizes 1 2 4] ...  (see --help)
 """
 
 import argparse
+import sys
 
-from . import allreduce, collectives, launch_speed
+from . import allreduce, collectives, launch_speed, training
+
+
+# These take their own options, --help included.
+FORWARDED = {"collectives": collectives.main, "training": training.main}
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in FORWARDED:
+        return FORWARDED[argv[0]](argv[1:])
     parser = argparse.ArgumentParser(prog="python -m ddp_lab.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="benchmark", required=True)
@@ -29,6 +38,9 @@ def main(argv=None):
     every = commands.add_parser("collectives", help="time, algbw and busbw of every collective")
     every.add_argument("rest", nargs=argparse.REMAINDER, help="options of ddp_lab.bench.collectives")
 
+    train = commands.add_parser("training", help="samples/s at 1, 2, 4 ranks, threads set or not")
+    train.add_argument("rest", nargs=argparse.REMAINDER, help="options of ddp_lab.bench.training")
+
     args = parser.parse_args(argv)
     if args.benchmark == "launch":
         launch_speed.main(world_size=args.world_size, repeats=args.repeats)
@@ -37,6 +49,8 @@ def main(argv=None):
         allreduce.main(args.world_size, args.min, args.max, implementations, backend=args.backend)
     elif args.benchmark == "collectives":
         collectives.main(args.rest)
+    elif args.benchmark == "training":
+        training.main(args.rest)
 
 
 if __name__ == "__main__":

@@ -193,16 +193,21 @@ def _run_on_rank(fn_bytes, length, seed):
 
 @contextlib.contextmanager
 def _point_to_point_only():
-    """Record each send's peer and values; make collectives raise."""
+    """Record each send's peer and values; make collectives raise.
+
+    Every send, whether written ``dist.send``, ``dist.isend``, a P2POp or
+    ``group.send`` (as ``ddp_lab.ring_all_reduce`` does), ends in
+    ``ProcessGroup.send``, so that is where messages are recorded.
+    """
     import torch.distributed as dist
 
     sends, saved = [], {}
+    group_class = dist.ProcessGroup
+    original_send = group_class.__dict__["send"]
 
-    def recording(original):
-        def send(tensor, dst=None, *args, **kwargs):
-            sends.append((dst, tensor.detach().clone()))
-            return original(tensor, dst, *args, **kwargs)
-        return send
+    def recording_send(group, tensors, dst, *args, **kwargs):
+        sends.extend((dst, tensor.detach().clone()) for tensor in tensors)
+        return original_send(group, tensors, dst, *args, **kwargs)
 
     def forbidden(name):
         def collective(*args, **kwargs):
@@ -210,14 +215,13 @@ def _point_to_point_only():
                                "send/recv (or isend/irecv) only")
         return collective
 
-    for name in ("send", "isend"):
-        saved[name] = getattr(dist, name)
-        setattr(dist, name, recording(saved[name]))
     for name in FORBIDDEN:
         saved[name] = getattr(dist, name)
         setattr(dist, name, forbidden(name))
+    group_class.send = recording_send
     try:
         yield sends
     finally:
+        group_class.send = original_send
         for name, original in saved.items():
             setattr(dist, name, original)

@@ -1,0 +1,169 @@
+"""Training throughput at 1, 2, 4 ranks, with threads per rank set or left at the default.
+
+``python -m ddp_lab.bench training [--world-sizes 1 2 4] [--seconds 1.5]``
+
+Each configuration trains the same MLP with DDP for about ``--seconds``
+(after a few warm-up steps) at a fixed batch *per rank*, and reports the
+global throughput: samples per second, all ranks together. Two settings of
+intra-op threads per rank:
+
+* ``set``: the machine's cores shared evenly between the ranks
+  (``cores // W``, at least 1), what ``ddp_lab.launch`` does by default and
+  what torchrun does by setting ``OMP_NUM_THREADS=1``;
+* ``default``: every rank uses all the cores, PyTorch's own default in a
+  process nobody configured (``threads=cores`` here reproduces it).
+
+A third row for 1 rank runs it on a single thread: the baseline of every
+ratio, measured in the same invocation, on the same machine, under the
+same load. Each world size is one launch; the thread settings are measured
+one after the other in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import ddp_lab
+from ddp_lab.plan import available_cores
+
+__all__ = ["Throughput", "measure", "measure_speedup", "format_table", "main"]
+
+WIDTHS = (64, 256, 256, 256, 10)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """One measured configuration."""
+
+    world_size: int
+    threads: int          # intra-op threads per rank
+    setting: str          # "set" or "default"
+    samples_per_second: float
+    steps: int
+    batch_per_rank: int
+
+
+def train_steps(budget: float, max_steps: int, warmup: int, batch_per_rank: int, thread_counts) -> dict:
+    """Inside a rank: for each thread count, time DDP training steps for about ``budget`` seconds.
+
+    A probe step, timed on every rank, sets how many steps fit in the budget
+    (between 2 and ``max_steps``): an oversubscribed configuration can be
+    a hundred times slower than a good one, and a fixed step count would make
+    it run for minutes. Returns ``{threads: (steps, seconds)}``, seconds
+    being the slowest rank's (a step is done when every rank is done). The
+    thread count is changed with ``torch.set_num_threads``, as
+    ``ddp_lab.launch(threads=...)`` or ``OMP_NUM_THREADS`` set it at start-up.
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ddp_lab.models import mlp
+
+    torch.manual_seed(dist.get_rank())
+    model = DDP(mlp(WIDTHS, seed=0))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(batch_per_rank, WIDTHS[0])
+    y = torch.randint(0, WIDTHS[-1], (batch_per_rank,))
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    def timed(steps):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        dist.barrier()
+        elapsed = torch.tensor([time.perf_counter() - start])
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the same number on every rank
+        return elapsed.item()
+
+    results = {}
+    for threads in thread_counts:
+        torch.set_num_threads(threads)
+        for _ in range(warmup):
+            step()
+        probe = timed(1)
+        steps = int(min(max_steps, max(2, budget / probe)))
+        results[threads] = (steps, timed(steps))
+    return results
+
+
+def measure(world_size: int, settings: dict, *, budget: float = 1.5, max_steps: int = 200,
+            warmup: int = 1, batch_per_rank: int = 128, timeout: float = 300) -> list[Throughput]:
+    """Launch ``world_size`` ranks once; measure each ``{setting: threads per rank}``."""
+    thread_counts = list(dict.fromkeys(settings.values()))
+    timings = ddp_lab.launch(train_steps, world_size,
+                             args=(budget, max_steps, warmup, batch_per_rank, thread_counts),
+                             backend="gloo", threads=thread_counts[0], timeout=timeout)[0]
+    results = []
+    for setting, threads in settings.items():
+        steps, seconds = timings[threads]
+        results.append(Throughput(world_size, threads, setting, steps * batch_per_rank * world_size / seconds,
+                                  steps, batch_per_rank))
+    return results
+
+
+def measure_speedup(world_sizes=(1, 2, 4), *, budget: float = 1.5, batch_per_rank: int = 128) -> list[Throughput]:
+    """Every world size with threads set and at the default, plus 1 rank on one core (the baseline)."""
+    cores = available_cores()
+    results = []
+    for world_size in world_sizes:
+        settings = {"set": max(1, cores // world_size), "default": cores}
+        if world_size == 1:
+            settings = {"one core": 1, **settings}
+        if settings["set"] == settings["default"]:
+            del settings["default"]  # the same configuration: measured once
+        results += measure(world_size, settings, budget=budget, batch_per_rank=batch_per_rank)
+    return results
+
+
+def format_table(results: list[Throughput]) -> str:
+    """A table of throughputs, with each one's ratio to the 1-rank run."""
+    baseline = _baseline(results)
+    cores = available_cores()
+    lines = [
+        f"DDP training throughput: MLP {'-'.join(map(str, WIDTHS))}, batch {baseline.batch_per_rank} per rank, "
+        f"gloo, {cores} cores, torch {torch.__version__}",
+        "",
+        f"{'ranks':>5}  {'threads/rank':>12}  {'setting':>8}  {'threads in all':>14}  {'samples/s':>10}  "
+        f"{'vs 1 rank, 1 thread':>19}",
+    ]
+    for r in results:
+        oversubscribed = "  more threads than cores" if r.world_size * r.threads > cores else ""
+        lines.append(f"{r.world_size:>5}  {r.threads:>12}  {r.setting:>8}  {r.world_size * r.threads:>14}  "
+                     f"{r.samples_per_second:>10.0f}  {r.samples_per_second / baseline.samples_per_second:>18.2f}x"
+                     f"{oversubscribed}")
+    return "\n".join(lines)
+
+
+def _baseline(results):
+    """The 1-rank run on one thread if there is one, else the first 1-rank run, else the first."""
+    single = [r for r in results if r.world_size == 1]
+    return next((r for r in single if r.threads == 1), single[0] if single else results[0])
+
+
+def main(argv=None) -> list[Throughput]:
+    parser = argparse.ArgumentParser(prog="python -m ddp_lab.bench training", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--seconds", type=float, default=1.5,
+                        help="time measured per configuration (default 1.5)")
+    parser.add_argument("--batch-per-rank", type=int, default=128)
+    args = parser.parse_args(argv)
+    if any(w < 1 for w in args.world_sizes) or args.seconds <= 0 or args.batch_per_rank < 1:
+        parser.error("world sizes, --seconds and --batch-per-rank must be positive")
+    results = measure_speedup(tuple(args.world_sizes), budget=args.seconds, batch_per_rank=args.batch_per_rank)
+    print(format_table(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""Pictures of Part V: DataParallel vs DDP, pipeline schedules, tensor parallelism.
+
+* :func:`draw_dataparallel_vs_ddp`: one process whose GPU 0 is the hub of
+  every step (DataParallel) next to N equal processes on a ring (DDP);
+* :func:`draw_pipeline_schedule`: the slots of :func:`ddp_lab.pipeline.pipeline_schedule`
+  as a Gantt chart, one row per stage, idle time hatched;
+* :func:`draw_pipeline_schedules`: GPipe above 1F1B for the same P and M;
+* :func:`draw_tensor_parallel`: the Megatron split of an MLP block over two GPUs.
+
+Each returns a matplotlib Figure (closed in pyplot, so a notebook shows it
+once, as the cell's value).
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+
+from ddp_lab.pipeline import bubble_fraction, pipeline_schedule
+
+__all__ = ["draw_dataparallel_vs_ddp", "draw_pipeline_schedule", "draw_pipeline_schedules",
+           "draw_tensor_parallel"]
+
+GPU_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
+FORWARD, BACKWARD, IDLE = "#56B4E9", "#0072B2", "#EEEEEE"
+
+
+def _box(ax, x, y, w, h, *, face, edge="0.3", radius=0.08, lw=1.0, z=1, alpha=1.0):
+    patch = FancyBboxPatch((x, y), w, h, boxstyle=f"round,pad=0,rounding_size={radius}",
+                           facecolor=face, edgecolor=edge, linewidth=lw, zorder=z, alpha=alpha)
+    ax.add_patch(patch)
+    return patch
+
+
+def _arrow(ax, start, end, *, colour="0.25", both=False, rad=0.0, lw=1.3, z=3):
+    style = "<|-|>" if both else "-|>"
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=11, color=colour, lw=lw,
+                                 connectionstyle=f"arc3,rad={rad}", zorder=z, shrinkA=2, shrinkB=2))
+
+
+def _gpu(ax, cx, cy, label, colour, size=0.78):
+    _box(ax, cx - size / 2, cy - size / 2, size, size, face=colour, edge="0.2", radius=0.06, z=4)
+    ax.text(cx, cy, label, ha="center", va="center", fontsize=9, color="white", fontweight="bold", zorder=5)
+
+
+def _towards(a, b, half_a, half_b):
+    """The points where the segment from box centre a to box centre b leaves a and enters b.
+
+    Both boxes are squares (half sides ``half_a``, ``half_b``): an arrow drawn
+    between these points starts and ends on the boxes' edges, heads visible.
+    """
+    dx, dy = b[0] - a[0], b[1] - a[1]
+    longest = max(abs(dx), abs(dy))
+    ta, tb = half_a / longest, 1 - half_b / longest
+    return (a[0] + ta * dx, a[1] + ta * dy), (a[0] + tb * dx, a[1] + tb * dy)
+
+
+def draw_dataparallel_vs_ddp(gpus: int = 4) -> Figure:
+    """DataParallel (one process, GPU 0 as hub) beside DDP (one process per GPU, a ring)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 2 <= gpus <= 8:
+        raise ValueError(f"gpus must be an int from 2 to 8, got {gpus!r}")
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 5.0))
+    plt.close(fig)
+    for ax in axes:
+        ax.set_xlim(0, 5)
+        ax.set_ylim(0, 5.2)
+        ax.set_aspect("equal")
+        ax.axis("off")
+
+    # DataParallel: one process box, GPU 0 in the middle, the others around it.
+    ax = axes[0]
+    ax.set_title("DataParallel: 1 process, N threads", fontsize=11, loc="left")
+    _box(ax, 0.15, 1.85, 4.7, 3.25, face="#F7F7F7", edge="0.4", radius=0.15, lw=1.2)
+    ax.text(0.3, 2.0, "one Python process: one GIL for all the threads", fontsize=8, va="bottom", color="0.3")
+    hub = (2.5, 3.4)
+    _gpu(ax, *hub, "GPU 0", "#D55E00", size=0.9)
+    others = [(2.5 + 1.7 * math.cos(a), 3.4 + 1.2 * math.sin(a))
+              for a in [math.pi * (0.5 + 2 * k / (gpus - 1)) for k in range(gpus - 1)]]
+    for k, (x, y) in enumerate(others, start=1):
+        _gpu(ax, x, y, f"GPU {k}", "#999999")
+        _arrow(ax, *_towards(hub, (x, y), 0.45, 0.39), both=True, colour="#D55E00", lw=1.6)
+    steps = ["every step, through GPU 0:",
+             "1. split the batch, copy the pieces out",
+             "2. copy the model out again (replicate)",
+             "3. forward, one thread per GPU",
+             "4. gather the outputs back to GPU 0",
+             "5. backward; sum the gradients on GPU 0",
+             "6. update the weights on GPU 0 only"]
+    for i, line in enumerate(steps):
+        ax.text(0.2, 1.6 - 0.24 * i, line, fontsize=8.5, va="top", fontweight="bold" if i == 0 else None)
+
+    # DDP: N process boxes on a ring.
+    ax = axes[1]
+    ax.set_title("DistributedDataParallel: N processes", fontsize=11, loc="left")
+    centre, rx, ry = (2.5, 3.45), 1.6, 1.05
+    angles = [math.pi / 2 - 2 * math.pi * k / gpus for k in range(gpus)]
+    points = [(centre[0] + rx * math.cos(a), centre[1] + ry * math.sin(a)) for a in angles]
+    for k, point in enumerate(points):
+        _arrow(ax, *_towards(point, points[(k + 1) % gpus], 0.52, 0.52), colour="#009E73", lw=1.6)
+    for k, (x, y) in enumerate(points):
+        _box(ax, x - 0.5, y - 0.5, 1.0, 1.0, face="#F7F7F7", edge="0.4", radius=0.1, z=3)
+        ax.text(x, y + 0.36, f"process {k}", ha="center", va="center", fontsize=7.5, color="0.3", zorder=5)
+        _gpu(ax, x, y - 0.08, f"GPU {k}", GPU_COLOURS[k % len(GPU_COLOURS)], size=0.6)
+    ax.text(*centre, "ring\nall-reduce", ha="center", va="center", fontsize=8.5, color="#009E73")
+    steps = ["every step, in every process:",
+             "1. load its own share of the batch",
+             "2. forward on its own replica (no copies)",
+             "3. backward; all-reduce gradient buckets",
+             "    while the backward pass goes on",
+             "4. update its own replica: all stay equal",
+             "(the model is copied once, at the start)"]
+    for i, line in enumerate(steps):
+        ax.text(0.2, 1.6 - 0.24 * i, line, fontsize=8.5, va="top", fontweight="bold" if i == 0 else None)
+    fig.tight_layout()
+    return fig
+
+
+def draw_pipeline_schedule(slots, *, ax=None, title: str | None = None) -> Figure:
+    """A Gantt chart of pipeline slots: one row per stage, F and B boxes, idle time hatched."""
+    slots = list(slots)
+    if not slots:
+        raise ValueError("draw_pipeline_schedule needs at least one slot")
+    stages = max(s.stage for s in slots) + 1
+    end = max(s.end for s in slots)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(9.0, 0.55 * stages + 1.0))
+        plt.close(fig)
+    for stage in range(stages):
+        y = stages - 1 - stage
+        ax.add_patch(Rectangle((0, y - 0.4), end, 0.8, facecolor=IDLE, edgecolor="none", hatch="///", zorder=0))
+    for slot in slots:
+        y = stages - 1 - slot.stage
+        colour = FORWARD if slot.phase == "F" else BACKWARD
+        ax.add_patch(Rectangle((slot.start, y - 0.4), slot.end - slot.start, 0.8, facecolor=colour,
+                               edgecolor="white", linewidth=1.0, zorder=2))
+        ax.text((slot.start + slot.end) / 2, y, f"{slot.phase}{slot.microbatch}", ha="center", va="center",
+                fontsize=7.5, color="black" if slot.phase == "F" else "white", zorder=3)
+    ax.set_xlim(0, end)
+    ax.set_ylim(-0.6, stages - 0.4)
+    ax.set_yticks(range(stages), [f"stage {s}\n(GPU {s})" for s in range(stages)][::-1], fontsize=8)
+    ax.set_xlabel("time (forward of one micro-batch on one stage = 1)")
+    ax.spines[["top", "right", "left"]].set_visible(False)
+    ax.tick_params(axis="y", length=0)
+    if title:
+        ax.set_title(title, fontsize=10.5, loc="left")
+    return ax.figure
+
+
+def draw_pipeline_schedules(stages: int = 4, microbatches: int = 8) -> Figure:
+    """GPipe above 1F1B, same stages and micro-batches: same bubble, different memory."""
+    fig, axes = plt.subplots(2, 1, figsize=(9.5, 1.1 * stages + 2.4), sharex=True)
+    plt.close(fig)
+    bubble = bubble_fraction(stages, microbatches)
+    for ax, schedule, note in [(axes[0], "gpipe", f"all forwards first: each stage holds {microbatches} "
+                                "micro-batches' activations"),
+                               (axes[1], "1f1b", f"one forward, one backward: stage s holds at most "
+                                f"{stages} - s")]:
+        slots = pipeline_schedule(stages, microbatches, schedule)
+        name = "GPipe" if schedule == "gpipe" else "1F1B"
+        draw_pipeline_schedule(slots, ax=ax, title=f"{name}: {note}")
+    axes[0].set_xlabel("")
+    handles = [Rectangle((0, 0), 1, 1, facecolor=FORWARD), Rectangle((0, 0), 1, 1, facecolor=BACKWARD),
+               Rectangle((0, 0), 1, 1, facecolor=IDLE, hatch="///")]
+    fig.legend(handles, ["forward of micro-batch m (Fm)", "backward (Bm), twice as long", "idle: the bubble"],
+               loc="upper center", ncol=3, fontsize=8.5, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    fig.suptitle(f"P = {stages} stages, M = {microbatches} micro-batches: bubble = (P-1)/(M+P-1) = "
+                 f"{bubble:.0%} of the step", fontsize=11, y=0.955)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return fig
+
+
+def _matrix(ax, x, y, w, h, label, colour, *, text_colour="white", z=2):
+    ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor="0.2", linewidth=0.8, zorder=z))
+    ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=9, color=text_colour, zorder=z + 1)
+
+
+def draw_tensor_parallel() -> Figure:
+    """Z = GeLU(X A) B on two GPUs: A split by columns, B by rows, one all-reduce."""
+    fig, ax = plt.subplots(figsize=(10.0, 4.4))
+    plt.close(fig)
+    ax.set_xlim(-0.2, 13.4)
+    ax.set_ylim(-0.7, 5.4)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    colours = (GPU_COLOURS[0], GPU_COLOURS[1])
+    for gpu, base in enumerate((3.0, 0.4)):
+        colour = colours[gpu]
+        _box(ax, -0.1, base - 0.3, 10.5, 2.15, face="#F7F7F7", edge=colour, radius=0.12, lw=1.4, z=0)
+        ax.text(0.05, base + 1.58, f"GPU {gpu}", fontsize=9, color=colour, fontweight="bold", va="center")
+        _matrix(ax, 0.3, base + 0.1, 1.2, 1.0, "X", "0.55")                        # b x d, replicated
+        ax.text(1.75, base + 0.6, "×", fontsize=14, ha="center", va="center")
+        _matrix(ax, 2.0, base - 0.05, 0.6, 1.3, f"A{gpu}", colour)                 # d x h/2: columns of A
+        _arrow(ax, (2.65, base + 0.6), (3.7, base + 0.6), colour="0.3")
+        ax.text(3.17, base + 0.75, "GeLU", fontsize=8.5, ha="center", va="bottom")
+        _matrix(ax, 3.75, base + 0.1, 0.6, 1.0, f"Y{gpu}", colour)                 # b x h/2
+        ax.text(4.65, base + 0.6, "×", fontsize=14, ha="center", va="center")
+        _matrix(ax, 4.95, base + 0.3, 1.3, 0.6, f"B{gpu}", colour)                 # h/2 x d: rows of B
+        ax.text(6.6, base + 0.6, "=", fontsize=14, ha="center", va="center")
+        _matrix(ax, 6.95, base + 0.1, 1.2, 1.0, f"Z{gpu}", colour)                 # b x d partial sum
+        ax.text(9.25, base + 0.6, "partial sum", fontsize=8.5, ha="center", va="center", color="0.3")
+        _arrow(ax, (8.2, base + 0.6), (10.6, 2.6 if gpu == 0 else 2.1), colour="0.3", rad=0.0)
+    _box(ax, 10.65, 1.7, 1.55, 1.3, face="#009E73", edge="0.2", radius=0.1, z=2)
+    ax.text(11.42, 2.35, "all-reduce\n(sum)", ha="center", va="center", fontsize=9, color="white", zorder=3)
+    _arrow(ax, (12.2, 2.35), (12.55, 2.35), colour="0.3")
+    _matrix(ax, 12.55, 1.85, 0.8, 1.0, "Z", "0.35")
+    ax.text(0.0, -0.55, "X: the input, the same on both GPUs.  A (d × h) split by columns: each GPU computes its own "
+            "columns of Y, no communication.\nB (h × d) split by rows: each GPU's product is a partial sum of Z; "
+            "one all-reduce adds them. Each GPU stores half of A and B.", fontsize=8.5, va="top", color="0.2")
+    return fig

@@ -1,0 +1,323 @@
+"""Train a small classifier with DistributedDataParallel, ready for torchrun.
+
+One plain file you can copy: it runs unchanged on CPUs (gloo) and on GPUs
+(nccl), on one machine or many, and survives the failure of a rank.
+
+    # two processes on this machine
+    torchrun --standalone --nproc_per_node 2 train.py --epochs 3
+
+    # rank 1 crashes once at step 13; torchrun restarts the job, which
+    # resumes from the last snapshot and ends with the same weights
+    torchrun --standalone --nproc_per_node 2 --max-restarts 1 train.py \\
+        --fail-at-step 13 --fail-rank 1
+
+    python train.py --epochs 1                 # one process, no torchrun needed
+    python train.py --help                     # every option, explained
+
+How it survives a failure. Every ``--snapshot-every`` steps, and at the end of
+every epoch, rank 0 writes a *snapshot*: the model, the optimizer, where the
+run is (epoch, batches of the epoch already used, step) and the random number
+generator state of every rank. It writes to a temporary file and renames it
+over the old snapshot, so a crash during the write leaves the previous
+snapshot intact. When torchrun restarts the workers after a failure, every
+rank loads the snapshot and carries on from there: same epoch, same shuffle,
+the batches it had already used skipped, same random numbers. On CPU the
+final weights are then equal, bit for bit, to those of a run that never
+failed.
+
+The task is synthetic, drawn from ``--seed``: nothing is downloaded.
+"""
+
+import argparse
+import os
+import random
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        description="Train a small classifier with DDP; run it with torchrun "
+        "(e.g. torchrun --standalone --nproc_per_node 2 train.py).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--epochs", type=int, default=3,
+                        help="passes over the training set (0: only set up, print, and stop)")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="samples per step on each rank; the global batch is this times WORLD_SIZE")
+    parser.add_argument("--lr", type=float, default=3e-3, help="learning rate of AdamW")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the data, the initial weights, the shuffle and the dropout")
+    parser.add_argument("--samples", type=int, default=512, help="size of the synthetic training set")
+    parser.add_argument("--hidden", type=int, default=64, help="width of the hidden layers")
+    parser.add_argument("--snapshot", default="snapshot.pt",
+                        help="snapshot file: loaded at start if it exists, rewritten by rank 0 "
+                        "(delete it to start over; on several machines it must be on a shared file system)")
+    parser.add_argument("--snapshot-every", type=int, default=5,
+                        help="also write a snapshot every this many steps (0: only at the end of each epoch)")
+    parser.add_argument("--final", default=None,
+                        help="where rank 0 saves the final weights (a state_dict), if given")
+    parser.add_argument("--fail-at-step", type=int, default=None,
+                        help="inject a failure: crash in the middle of this step (counted from 1), "
+                        "on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0)")
+    parser.add_argument("--fail-rank", type=int, default=0, help="the global rank that crashes")
+    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
+                        help="auto: nccl when every process has its GPU(s), else gloo")
+    parser.add_argument("--cpu", action="store_true", help="run on CPUs even where there are GPUs")
+    parser.add_argument("--gpus-per-process", type=int, default=1, choices=[1, 2],
+                        help="2: split the model over two devices inside each process "
+                        "(the GPUs local_rank*2 and local_rank*2+1), with DDP across processes")
+    parser.add_argument("--print-ranks", action="store_true",
+                        help="rank 0 prints the rank table: what every process was told by torchrun")
+    return parser
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
+
+
+# ---------------------------------------------------------------- setup
+
+def log(message, rank, every_rank=False):
+    """Print from rank 0 only (or from this rank, with every_rank), prefixed."""
+    if rank == 0 or every_rank:
+        print(f"[rank {rank}] {message}", flush=True)
+
+
+def devices_for(local_rank, gpus_per_process, use_cuda):
+    # The GPUs of a process: cuda:(local_rank*g) .. cuda:(local_rank*g + g-1),
+    # as ddp_lab.devices.devices_for computes it (copied so this file stands alone).
+    if not use_cuda:
+        return [torch.device("cpu")] * gpus_per_process
+    return [torch.device("cuda", local_rank * gpus_per_process + k) for k in range(gpus_per_process)]
+
+
+def setup(args):
+    """Join the process group that torchrun's environment describes."""
+    if "RANK" not in os.environ:  # plain `python train.py`: a job of one process
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))  # a free port for the rendezvous
+            port = sock.getsockname()[1]
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    local_world_size = int(os.environ["LOCAL_WORLD_SIZE"])
+    gpus_needed = local_world_size * args.gpus_per_process
+    use_cuda = not args.cpu and torch.cuda.is_available() and torch.cuda.device_count() >= gpus_needed
+    backend = args.backend
+    if backend == "auto":
+        backend = "nccl" if use_cuda else "gloo"
+    if backend == "nccl" and not use_cuda:
+        raise SystemExit(f"--backend nccl needs {gpus_needed} GPU(s) on this node "
+                         f"({local_world_size} processes x {args.gpus_per_process}); "
+                         f"found {torch.cuda.device_count()}. Use --backend gloo.")
+    devices = devices_for(local_rank, args.gpus_per_process, use_cuda)
+    if use_cuda:
+        torch.cuda.set_device(devices[0])  # this process's first GPU becomes "cuda"
+    dist.init_process_group(backend)  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    return rank, dist.get_world_size(), local_rank, devices, backend
+
+
+def print_rank_table(rank, devices):
+    """Every rank says who it is; rank 0 prints the table."""
+    me = {name: os.environ.get(name) for name in
+          ("RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")}
+    me["device"] = ",".join(str(d) for d in devices)
+    me["host"], me["pid"] = socket.gethostname(), os.getpid()
+    table = [None] * dist.get_world_size()
+    dist.all_gather_object(table, me)
+    log(f"rank table (WORLD_SIZE={me['WORLD_SIZE']}):", rank)
+    for row in table:
+        log("  " + "  ".join(f"{key}={value}" for key, value in row.items() if key != "WORLD_SIZE"), rank)
+
+
+# ---------------------------------------------------------------- data and model
+
+def make_dataset(seed, samples, features=16, classes=4):
+    """A synthetic task drawn from the seed: 4 classes given by a random linear map."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(samples, features, generator=generator)
+    teacher = torch.randn(features, classes, generator=generator)
+    noise = 0.5 * torch.randn(samples, classes, generator=generator)
+    return TensorDataset(x, (x @ teacher + noise).argmax(dim=1))
+
+
+class TinyNet(nn.Module):
+    """An MLP in two stages; each stage lives on one of the process's devices.
+
+    With one device per process both stages share it. With two (the layout
+    where a process spans two GPUs) the activations move from the first GPU
+    to the second in the middle of the forward pass, and autograd moves the
+    gradients back in the backward pass.
+    """
+
+    def __init__(self, features, hidden, classes, devices):
+        super().__init__()
+        self.devices = devices
+        self.stage1 = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Dropout(0.1)).to(devices[0])
+        self.stage2 = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, classes)).to(devices[-1])
+
+    def forward(self, x):
+        x = self.stage1(x.to(self.devices[0]))
+        return self.stage2(x.to(self.devices[-1]))
+
+
+# ---------------------------------------------------------------- snapshots
+
+def rng_state():
+    """This rank's random number generators: what decides its dropout masks."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state):
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_snapshot(path, snapshot):
+    """Write atomically: into a temporary file next to ``path``, then rename.
+
+    ``os.replace`` swaps the name in one step, so a reader (a restarted job)
+    finds either the old snapshot or the new one, never half of one, even if
+    this process dies in the middle of ``torch.save``. The temporary file is
+    in the same directory because a rename is only atomic within one file
+    system; fsync makes the bytes reach the disk before the name points at them.
+    """
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as file:
+        torch.save(snapshot, file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+
+
+def load_snapshot(path):
+    """The snapshot at ``path``, or None. Every rank reads it (weights_only: plain data only)."""
+    if not os.path.exists(path):
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def take_snapshot(path, rank, model, optimizer, epoch, batches_done, step, args):
+    """Collective: every rank sends its RNG state; rank 0 writes the snapshot.
+
+    The barrier keeps every rank from running ahead of a snapshot that is
+    not on disk yet, so the snapshot a restart finds is always this one or a
+    later one.
+    """
+    rng_states = [None] * dist.get_world_size() if rank == 0 else None
+    dist.gather_object(rng_state(), rng_states, dst=0)
+    if rank == 0:
+        save_snapshot(path, {
+            "model": model.module.state_dict(),  # .module: without DDP's "module." prefix
+            "optimizer": optimizer.state_dict(),
+            "epoch": epoch,                # the epoch to continue
+            "batches_done": batches_done,  # batches of that epoch already used
+            "step": step,                  # optimizer steps done so far
+            "rng": rng_states,             # one entry per rank
+            "world_size": dist.get_world_size(),
+            "seed": args.seed,
+        })
+    dist.barrier()
+
+
+# ---------------------------------------------------------------- training
+
+@torch.no_grad()
+def evaluate(model, dataset, device):
+    """Loss and accuracy on the whole training set (the same on every rank)."""
+    model.eval()
+    logits = model(dataset.tensors[0]).to(device)
+    labels = dataset.tensors[1].to(device)
+    model.train()
+    loss = F.cross_entropy(logits, labels).item()
+    accuracy = (logits.argmax(dim=1) == labels).float().mean().item()
+    return loss, accuracy
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    rank, world_size, local_rank, devices, backend = setup(args)
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    log(f"restart {restart}: WORLD_SIZE={world_size}, backend {backend}, "
+        f"devices {','.join(str(d) for d in devices)}", rank)
+    if args.print_ranks:
+        print_rank_table(rank, devices)
+
+    dataset = make_dataset(args.seed, args.samples)
+    # The shuffle of an epoch depends only on (seed, epoch): set_epoch below.
+    sampler = DistributedSampler(dataset, shuffle=True, seed=args.seed)
+    # A private generator: DataLoader draws a seed from it each epoch, and
+    # would otherwise draw from the global generator that dropout uses.
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
+                        generator=torch.Generator())
+
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    model = TinyNet(dataset.tensors[0].shape[1], args.hidden, 4, devices)
+    torch.manual_seed(args.seed + 1 + rank)  # each rank its own dropout masks
+    epoch, batches_done, step = 0, 0, 0
+
+    snapshot = load_snapshot(args.snapshot)
+    if snapshot is not None:
+        model.load_state_dict(snapshot["model"])
+        epoch, batches_done, step = snapshot["epoch"], snapshot["batches_done"], snapshot["step"]
+        if snapshot["world_size"] == world_size:
+            set_rng_state(snapshot["rng"][rank])
+        else:  # the shards of an epoch depend on WORLD_SIZE: redo this epoch
+            log(f"snapshot from WORLD_SIZE={snapshot['world_size']}: epoch {epoch} starts over", rank)
+            batches_done = 0
+        log(f"resumed from snapshot at epoch {epoch}, batch {batches_done} of {len(loader)} "
+            f"(step {step})", rank)
+    else:
+        log("no snapshot: starting from scratch", rank)
+
+    # device_ids: the one GPU this process drives; None when the model spans
+    # several devices (or lives on the CPU): DDP then leaves placement alone.
+    one_gpu = devices[0].type == "cuda" and args.gpus_per_process == 1
+    model = DDP(model, device_ids=[devices[0].index] if one_gpu else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    if snapshot is not None:
+        optimizer.load_state_dict(snapshot["optimizer"])
+
+    for epoch in range(epoch, args.epochs):
+        sampler.set_epoch(epoch)
+        for batch, (x, y) in enumerate(loader):
+            if batch < batches_done:
+                continue  # used before the snapshot: same shuffle, so skip them
+            step += 1
+            loss = F.cross_entropy(model(x), y.to(devices[-1]))
+            if step == args.fail_at_step and rank == args.fail_rank and restart == 0:
+                log(f"injected failure in step {step} (epoch {epoch}, batch {batch})", rank, every_rank=True)
+                raise RuntimeError(f"injected failure: rank {rank}, step {step}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # DDP averages the gradients over the ranks here
+            optimizer.step()
+            end_of_epoch = batch + 1 == len(loader)
+            if end_of_epoch or (args.snapshot_every and step % args.snapshot_every == 0):
+                position = (epoch + 1, 0) if end_of_epoch else (epoch, batch + 1)
+                take_snapshot(args.snapshot, rank, model, optimizer, *position, step, args)
+                log(f"snapshot at step {step}: epoch {position[0]}, batch {position[1]}", rank)
+        batches_done = 0
+        loss, accuracy = evaluate(model, dataset, devices[-1])
+        log(f"epoch {epoch}: loss {loss:.4f}, accuracy {accuracy:.1%}", rank)
+
+    if args.final and rank == 0:
+        torch.save(model.module.state_dict(), args.final)
+    log(f"done: {step} steps", rank)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""The training-throughput benchmark: a real (short) measurement, and its table."""
+
+import pytest
+
+from ddp_lab.bench.training import Throughput, format_table, main, measure
+
+
+def test_measure_one_rank_on_real_processes():
+    (one_core,) = measure(1, {"one core": 1}, budget=0.1)
+    assert one_core.world_size == 1 and one_core.threads == 1 and one_core.setting == "one core"
+    assert one_core.steps >= 2 and one_core.samples_per_second > 0
+
+
+def test_table_gives_ratios_against_one_rank_on_one_thread_and_flags_oversubscription(monkeypatch):
+    monkeypatch.setattr("ddp_lab.bench.training.available_cores", lambda: 2)
+    results = [Throughput(1, 1, "one core", 1000.0, 10, 128), Throughput(1, 2, "set", 1500.0, 10, 128),
+               Throughput(2, 1, "set", 1800.0, 10, 128), Throughput(4, 2, "default", 100.0, 10, 128)]
+    lines = format_table(results).splitlines()
+    assert lines[0].startswith("DDP training throughput: MLP 64-256-256-256-10, batch 128 per rank, gloo, 2 cores")
+    rows = lines[3:]
+    assert rows[0].split()[-1] == "1.00x"
+    assert rows[2].split()[-1] == "1.80x" and "more threads than cores" not in rows[2]
+    assert rows[3].endswith("0.10x  more threads than cores")
+
+
+def test_bad_arguments_stop_before_anything_starts():
+    with pytest.raises(SystemExit):
+        main(["--seconds", "0"])

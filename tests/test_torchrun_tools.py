@@ -1,0 +1,64 @@
+"""ddp_lab.torchrun: command lines, reading a run's output, and never leaving a process behind."""
+
+import sys
+import time
+
+import psutil
+import pytest
+
+from ddp_lab.torchrun import TorchrunRun, book_script, free_port, run_together, script_function, torchrun_command
+
+
+def test_standalone_and_multi_node_command_lines():
+    words = torchrun_command("train.py", ["--epochs", 1], nproc_per_node=4, max_restarts=2)
+    run = TorchrunRun(tuple(words), 0, "", "")
+    assert run.command_line == ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node 4 "
+                                "--max-restarts 2 train.py --epochs 1")
+    words = torchrun_command("train.py", nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.5:29400", rdzv_id="job")
+    assert TorchrunRun(tuple(words), 0, "", "").command_line == (
+        "torchrun --nnodes 2 --node_rank 1 --rdzv_backend c10d --rdzv_endpoint 10.0.0.5:29400 "
+        "--rdzv_id job --local-addr 127.0.0.1 --nproc_per_node 2 train.py")
+    with pytest.raises(ValueError, match="needs rdzv_endpoint"):
+        torchrun_command("train.py", nnodes=2)
+    with pytest.raises(ValueError, match="nproc_per_node must be a positive int, got 0"):
+        torchrun_command("train.py", nproc_per_node=0)
+
+
+def test_reading_rank_lines_tables_and_tails():
+    stdout = ("[rank 0] rank table (WORLD_SIZE=2):\n[rank 0]   RANK=0  LOCAL_RANK=0  device=cpu\n"
+              "[rank 0]   RANK=1  LOCAL_RANK=1  device=cpu\nnoise\n[rank 1] hello\n")
+    stderr = ("W1122 02:24:27.438000 3154 site-packages/torch/distributed/run.py:874] banner\n"
+              "[rank1]: RuntimeError: boom\n"
+              "Traceback (most recent call last):\n  File \"<frozen runpy>\", line 198, in _run_module_as_main\n"
+              "  File \"/x/torch/distributed/run.py\", line 1032, in <module>\nagent report\n")
+    run = TorchrunRun(("python",), 1, stdout, stderr)
+    assert run.rank_lines(1) == ["[rank 1] hello"]
+    assert run.rank_table() == [{"RANK": "0", "LOCAL_RANK": "0", "device": "cpu"},
+                                {"RANK": "1", "LOCAL_RANK": "1", "device": "cpu"}]
+    assert run.tail(2) == "[rank 1] hello\n[rank1]: RuntimeError: boom"  # no agent log, no agent report
+
+
+def test_a_run_past_its_timeout_is_killed_with_its_children():
+    # the "agent" starts a child in a session of its own, as torchrun starts its workers
+    agent = [sys.executable, "-c",
+             "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+             " start_new_session=True); print('started', flush=True); time.sleep(60)"]
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="still running after 2 s"):
+        run_together([agent], timeout=2)
+    assert time.monotonic() - start < 20
+    time.sleep(0.5)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, left
+
+
+def test_free_port_and_book_scripts():
+    assert 0 < free_port() < 65536
+    path = book_script("train.py")
+    assert path.name == "train.py" and "def save_snapshot" in script_function(path, "save_snapshot")
+    with pytest.raises(ValueError, match="no top-level function or class 'nope'"):
+        script_function(path, "nope")
+    with pytest.raises(ValueError, match="envs has 1 entries for 2 commands"):
+        run_together([["true"], ["true"]], envs=[{}])
