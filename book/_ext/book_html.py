@@ -1,0 +1,164 @@
+"""Make the HTML of the book work offline, with a clean browser console.
+
+A default Jupyter Book 1.x loads MathJax, RequireJS and the ipywidgets embed
+manager from CDNs, and matplotlib's animations link Font Awesome from one, so
+a reader without a network sees raw LaTeX, dead widgets and blank buttons;
+its pages also log errors in the browser console.  This extension:
+
+* runs ``npm ci`` at the repository root when ``node_modules`` is missing or
+  older than ``package-lock.json`` (package.json pins the versions);
+* copies the files the pages need from ``node_modules/<package>/...`` to
+  ``_static/npm/<package>/...`` in the HTML output (``_config.yml`` points
+  ``mathjax_path`` and ``nb_ipywidgets_js`` there);
+* rewrites the Font Awesome ``<link>`` that ``Animation.to_jshtml()`` puts in
+  every animation so that it points to the copy in ``_static/npm``;
+* drops duplicated inline ``<script>`` blocks.  Sphinx 7.4 adds body-only
+  scripts registered after the builder started (sphinx-thebe's
+  ``const THEBE_JS_URL = ...``, sphinx-togglebutton's selector) twice, and
+  the second ``const`` is a SyntaxError on every page;
+* stops the theme's Font Awesome script from swapping ``<i class="fa ...">``
+  icons for ``<svg>`` elements (see ``FONT_AWESOME_CONFIG``);
+* turns ``path_to_book: "."`` into no prefix at all, so that the Colab, Binder
+  and repository links read ``blob/main/book/...`` and not ``blob/main/./book/...``.
+
+book/_static/widgets_offline.js is the browser-side part for widget pages.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from sphinx.application import Sphinx
+from sphinx.errors import ExtensionError
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NODE_MODULES = REPO_ROOT / "node_modules"
+
+# What the pages load, as globs under node_modules/ (copied to _static/npm/).
+NPM_FILES = [
+    "requirejs/require.js",
+    # the AMD embed bundle and the fonts its CSS refers to
+    "@jupyter-widgets/html-manager/dist/embed-amd.js",
+    "@jupyter-widgets/html-manager/dist/*.woff2",
+    "@jupyter-widgets/html-manager/dist/*.woff",
+    "@jupyter-widgets/html-manager/dist/*.ttf",
+    # MathJax's combined component, and what it loads on demand: TeX
+    # extensions, CHTML fonts, the context menu and its accessibility tools
+    "mathjax/es5/tex-mml-chtml.js",
+    "mathjax/es5/input/tex/extensions",
+    "mathjax/es5/output/chtml",
+    "mathjax/es5/ui",
+    "mathjax/es5/a11y",
+    "mathjax/es5/sre",
+    "font-awesome/css/font-awesome.min.css",
+    "font-awesome/fonts",
+]
+
+# Stylesheets that notebook outputs link from a CDN -> the copy in _static/npm/.
+CDN_STYLESHEETS = {
+    # matplotlib.animation's JS_INCLUDE (Font Awesome 4.x on any CDN)
+    re.compile(
+        r'<link\s+rel="stylesheet"\s+href="https?://[^"]*/font-awesome/4[^"]*\.css"\s*/?>'
+    ): "font-awesome/css/font-awesome.min.css",
+}
+
+# The theme's fontawesome.js replaces every <i class="fa ..."> with an <svg>,
+# including the icon of ipywidgets' Play button, whose code then fails when it
+# switches between play and pause ("Cannot set properties of undefined
+# (setting 'className')").  The theme's CSS already draws every icon from its
+# web fonts, the Font Awesome 4 names of matplotlib and ipywidgets included.
+FONT_AWESOME_CONFIG = "window.FontAwesomeConfig = { autoReplaceSvg: false };"
+
+
+def normalise_path_to_book(app: Sphinx, config) -> None:
+    options = config.html_theme_options
+    if options.get("path_to_docs", "").strip("/") == ".":
+        options["path_to_docs"] = ""
+
+
+def ensure_node_modules(app: Sphinx) -> None:
+    """Run ``npm ci`` if node_modules is missing or out of date."""
+    if app.builder.format != "html":
+        return
+    installed = NODE_MODULES / ".package-lock.json"  # written by npm itself
+    lock = REPO_ROOT / "package-lock.json"
+    if installed.exists() and installed.stat().st_mtime >= lock.stat().st_mtime:
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ExtensionError(
+            "The book serves MathJax and the widget manager from node_modules/, "
+            "which is missing, and npm is not installed: install Node.js "
+            "(`apt-get install npm`) or run `npm ci` in the repository root."
+        )
+    logger.info("book_html: running `npm ci` in %s", REPO_ROOT)
+    subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
+        cwd=REPO_ROOT,
+        check=True,
+    )
+
+
+def copy_static_files(app: Sphinx, exception: Exception | None) -> None:
+    """Copy the npm files, and the book's own html_static_path.
+
+    Sphinx copies html_static_path only when it rewrites some page, so an edit
+    of book/_static/*.js or *.css alone would not reach _build/html.
+    """
+    if exception is not None or app.builder.format != "html":
+        return
+    static = Path(app.outdir) / "_static"
+    for entry in app.config.html_static_path:
+        if not Path(entry).is_absolute():  # ours; extensions add absolute paths
+            shutil.copytree(Path(app.confdir) / entry, static, dirs_exist_ok=True)
+    for pattern in NPM_FILES:
+        matches = sorted(NODE_MODULES.glob(pattern))
+        if not matches:
+            raise ExtensionError(f"book_html: nothing in node_modules matches {pattern}")
+        for source in matches:
+            target = static / "npm" / source.relative_to(NODE_MODULES)
+            if source.is_dir():
+                shutil.copytree(source, target, dirs_exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+
+
+def rewrite_cdn_links(app: Sphinx, pagename, templatename, context, doctree) -> None:
+    """Point stylesheets that notebook outputs load from CDNs to _static/npm/."""
+    body = context.get("body")
+    if not body:
+        return
+    for pattern, local in CDN_STYLESHEETS.items():
+        href = context["pathto"](f"_static/npm/{local}", 1)
+        body = pattern.sub(f'<link rel="stylesheet" href="{href}">', body)
+    context["body"] = body
+
+
+def drop_duplicate_scripts(app: Sphinx, pagename, templatename, context, doctree) -> None:
+    """Keep the first of several identical <script> entries (see module docstring)."""
+    scripts, seen = [], set()
+    for script in context.get("script_files", []):
+        attributes = getattr(script, "attributes", {})
+        key = (getattr(script, "filename", script) or "", tuple(sorted(attributes.items())))
+        if key not in seen:
+            seen.add(key)
+            scripts.append(script)
+    context["script_files"] = scripts
+
+
+def setup(app: Sphinx):
+    app.add_js_file(None, body=FONT_AWESOME_CONFIG, priority=100)  # before the theme's script
+    app.connect("config-inited", normalise_path_to_book)
+    app.connect("builder-inited", ensure_node_modules)
+    app.connect("html-page-context", rewrite_cdn_links)
+    # after the other extensions have added their per-page scripts
+    app.connect("html-page-context", drop_duplicate_scripts, priority=900)
+    app.connect("build-finished", copy_static_files)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,285 @@
+"""Build the book, then open every page in headless Chromium with no network.
+
+A page passes when the browser console stays clean, nothing is fetched from
+outside 127.0.0.1, no Python traceback is shown (except in cells tagged
+``raises-exception``), formulas are typeset, and animations and widgets render
+and respond.  Screenshots of every page go to ``_build/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "_build"
+HTML = BUILD / "html"
+EXECUTED = BUILD / "jupyter_execute"  # the notebooks as executed by the build
+SCREENSHOTS = BUILD / "screenshots"
+BUILD_LOG = BUILD / "build.log"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def toc_pages() -> list[str]:
+    """Every document named in _toc.yml, in reading order."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections", []))
+            walk(entry.get("chapters", []))
+
+    walk(toc.get("parts", []))
+    walk(toc.get("chapters", []))
+    return pages
+
+
+PAGES = ["index"] + toc_pages() + ["genindex", "search"]  # every page the build writes
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(autouse=True)
+def no_rank_outlives_a_test():
+    """Replaces the check of tests/conftest.py for this module: no rank is started
+    here, and the browser (a grandchild of pytest, under Playwright's driver) is
+    meant to outlive each test."""
+    yield
+
+
+@pytest.fixture(scope="session")
+def book() -> Path:
+    """Build the book exactly as CI and the README do; the jupyter-cache keeps it quick."""
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    command = [str(jupyter_book) if jupyter_book.exists() else "jupyter-book",
+               "build", "-W", "-n", "--keep-going", "."]
+    BUILD.mkdir(exist_ok=True)
+    started = time.time()
+    with BUILD_LOG.open("w") as log:
+        result = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        pytest.fail(f"`{' '.join(command)}` exited with {result.returncode}\n"
+                    + build_failure_report(started), pytrace=False)
+    return HTML
+
+
+def build_failure_report(started: float) -> str:
+    """The build's warnings, and the error of each notebook that failed to execute."""
+    lines = ANSI_ESCAPE.sub("", BUILD_LOG.read_text()).splitlines()
+    report = list(dict.fromkeys(line for line in lines if "WARNING" in line or "ERROR" in line))
+    for err_log in sorted((HTML / "reports").rglob("*.err.log")):
+        if err_log.stat().st_mtime >= started:  # written by this build
+            tail = ANSI_ESCAPE.sub("", err_log.read_text()).splitlines()[-25:]
+            report += ["", f"--- {err_log.relative_to(ROOT)} (end) ---", *tail]
+    return "\n".join(report + ["", "--- build log (end) ---", *lines[-15:], f"full log: {BUILD_LOG}"])
+
+
+@pytest.fixture(scope="session")
+def site(book):
+    """Serve the built HTML on 127.0.0.1 (ephemeral port); yields the base URL."""
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # keep pytest's output readable
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(book))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found: `apt-get install chromium`", pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def notebook_outputs(page: str) -> list[dict]:
+    """The outputs of the executed notebook behind a page ([] for Markdown pages)."""
+    path = EXECUTED / f"{page}.ipynb"
+    if not path.exists():
+        return []
+    cells = json.loads(path.read_text())["cells"]
+    return [output for cell in cells for output in cell.get("outputs", [])]
+
+
+def has_animation(outputs) -> bool:
+    return any('class="animation"' in "".join(o.get("data", {}).get("text/html", ""))
+               for o in outputs)
+
+
+def has_widgets(outputs) -> bool:
+    return any(WIDGET_VIEW in o.get("data", {}) for o in outputs)
+
+
+class Problems(list):
+    """Everything that went wrong while a page was open."""
+
+    def watch(self, context, page):
+        def route(route):
+            url = route.request.url
+            if urlsplit(url).hostname in LOCAL_HOSTS:
+                route.continue_()
+            else:
+                self.append(f"request leaves the machine (blocked): {url}")
+                route.abort()
+
+        context.route("**/*", route)
+        page.on("console", lambda m: m.type == "error" and self.append(
+            f"console error: {m.text} ({m.location.get('url', '')})"))
+        page.on("pageerror", lambda e: self.append(f"JavaScript exception: {e}"))
+        page.on("requestfailed", lambda r: self.append(
+            f"request failed: {r.url} ({r.failure})"))
+        page.on("response", lambda r: r.status >= 400 and self.append(
+            f"HTTP {r.status}: {r.url}"))
+
+
+# JavaScript run in the page --------------------------------------------------
+
+SETTLE = """async () => {
+    if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
+    await document.fonts.ready;
+}"""
+
+# Cell outputs showing a Python traceback, outside cells tagged raises-exception.
+TRACEBACKS = """() => [...document.querySelectorAll('.cell_output')]
+    .filter(out => !out.closest('.tag_raises-exception'))
+    .filter(out => out.querySelector('.output.error, .output.traceback')
+                   || out.innerText.includes('Traceback (most recent call last)'))
+    .map(out => out.innerText.slice(0, 500))"""
+
+MATH = """() => ({
+    formulas: document.querySelectorAll('.math').length,
+    typeset: document.querySelectorAll('mjx-container').length,
+    errors: document.querySelectorAll('mjx-merror').length,
+})"""
+
+ANIMATIONS = """() => [...document.querySelectorAll('.animation')].map(animation => {
+    const img = animation.querySelector('img');
+    const box = img.getBoundingClientRect();
+    const icons = [...animation.querySelectorAll('.anim-buttons button')].map(button => {
+        const icon = button.querySelector('i, svg');
+        const size = icon ? icon.getBoundingClientRect() : {width: 0, height: 0};
+        return {title: button.title, width: size.width, height: size.height,
+                font: icon ? getComputedStyle(icon).fontFamily : ''};
+    });
+    return {width: box.width, height: box.height, naturalWidth: img.naturalWidth, icons};
+})"""
+
+FONT_LOADED = """family => [...document.fonts].some(
+    face => face.family.replace(/["']/g, '') === family && face.status === 'loaded')"""
+
+
+def check_animations(page, problems):
+    animations = page.evaluate(ANIMATIONS)
+    if not animations:
+        problems.append("the notebook has an animation but the page shows none")
+    for number, animation in enumerate(animations):
+        if not (animation["width"] > 0 and animation["height"] > 0 and animation["naturalWidth"] > 0):
+            problems.append(f"animation {number}: frame image not shown: {animation}")
+        for icon in animation["icons"]:
+            if icon["width"] == 0 or icon["height"] == 0:
+                problems.append(f"animation {number}: button {icon['title']!r} has no icon")
+            elif "FontAwesome" in icon["font"] and not page.evaluate(FONT_LOADED, "FontAwesome"):
+                problems.append(f"animation {number}: Font Awesome font not loaded")
+    # Stepping must show another frame.
+    img = page.locator(".animation img").first
+    before = img.get_attribute("src")
+    page.locator(".animation button[title='Next frame']").first.click()
+    page.wait_for_timeout(300)
+    if img.get_attribute("src") == before:
+        problems.append("animation: 'Next frame' did not change the frame")
+
+
+def check_widgets(page, problems):
+    try:
+        page.wait_for_selector(".jupyter-widgets", timeout=15_000)
+    except Exception:
+        problems.append("the notebook has widgets but none rendered (.jupyter-widgets)")
+        return
+    views = page.locator("script[type='application/vnd.jupyter.widget-view+json']").count()
+    rendered = page.locator(".widget-subarea").count()
+    if rendered < views:
+        problems.append(f"only {rendered} of {views} widget views rendered")
+    # A Play widget linked to a slider must move the slider in the static page.
+    if page.locator(".widget-play").count():
+        readouts = page.locator(".widget-readout")
+        before = readouts.all_inner_texts()
+        page.locator(".widget-play button").first.click()
+        page.wait_for_timeout(1500)
+        if readouts.all_inner_texts() == before:
+            problems.append(f"clicking Play did not move the linked widgets (readouts {before})")
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_in_browser(name, site, browser):
+    outputs = notebook_outputs(name)
+    problems = Problems()
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    problems.watch(context, page)
+    try:
+        page.goto(f"{site}/{name}.html", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        page.evaluate(SETTLE)
+
+        problems.extend(f"Python traceback shown: {t}" for t in page.evaluate(TRACEBACKS))
+        math = page.evaluate(MATH)
+        if math["formulas"] and (not math["typeset"] or math["errors"]):
+            problems.append(f"formulas not typeset by MathJax: {math}")
+        if has_widgets(outputs):
+            check_widgets(page, problems)
+        if has_animation(outputs):
+            check_animations(page, problems)
+
+        page.wait_for_load_state("networkidle")  # anything the clicks loaded
+        # back to the top, nothing focused, so the sticky header sits where a reader sees it
+        page.evaluate("() => { document.activeElement.blur(); window.scrollTo(0, 0); }")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '--')}.png", full_page=True)
+    finally:
+        context.close()
+    assert not problems, f"{name}.html:\n  " + "\n  ".join(problems)

@@ -1,0 +1,69 @@
+"""Every notebook of the book can be opened on Colab and is listed in the TOC."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The first cell of every notebook: installs ddp_lab on Colab, does nothing elsewhere.
+COLAB_CELL = (
+    "import sys\n"
+    'if "google.colab" in sys.modules:\n'
+    '    %pip install -q "ddp_lab @ git+https://github.com/ddp-lab/ddp-book"'
+)
+HIDDEN_INPUT_TAGS = {"remove-input", "hide-input", "remove-cell"}
+
+NOTEBOOKS = sorted(
+    path.relative_to(ROOT).as_posix()
+    for folder in ("book", "labs")
+    for path in (ROOT / folder).rglob("*.ipynb")
+    if ".ipynb_checkpoints" not in path.parts
+)
+
+
+def toc_files() -> set[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = {toc["root"]}
+
+    def walk(entries):
+        for entry in entries:
+            files.add(entry.get("file"))
+            walk(entry.get("sections", []))
+            walk(entry.get("chapters", []))
+
+    walk(toc.get("parts", []))
+    walk(toc.get("chapters", []))
+    return files - {None}
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks found under book/ and labs/"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_notebook_starts_with_the_colab_cell(notebook):
+    cells = json.loads((ROOT / notebook).read_text())["cells"]
+    first = cells[0]
+    source = "".join(first["source"])
+    assert first["cell_type"] == "code" and source.strip() == COLAB_CELL, (
+        f"{notebook} must start with this code cell:\n{COLAB_CELL}\n\nit starts with:\n{source}"
+    )
+    tags = set(first.get("metadata", {}).get("tags", []))
+    assert tags & HIDDEN_INPUT_TAGS, f"{notebook}: tag the Colab cell 'remove-input'"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_notebook_is_in_the_toc(notebook):
+    # only_build_toc_files: a notebook missing from _toc.yml would silently not be built
+    assert notebook.removesuffix(".ipynb") in toc_files(), f"add {notebook} to _toc.yml"
+
+
+def test_every_toc_entry_exists():
+    missing = [f for f in sorted(toc_files())
+               if not any((ROOT / f).with_suffix(s).exists() for s in (".md", ".ipynb"))]
+    assert not missing, f"_toc.yml names files that do not exist: {missing}"
