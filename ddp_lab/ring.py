@@ -30,10 +30,13 @@ import torch
 import torch.distributed as dist
 
 OPS = ("sum", "avg")
-# Pieces are about this big: small enough to pipeline, large enough that
-# the fixed cost of one send stays small.
-PIECE_BYTES = 256 * 1024
-MAX_PIECES = 16
+# Pieces are at least this big, and a chunk is cut into at most MAX_PIECES:
+# enough pieces to overlap adding with receiving, few enough that the fixed
+# cost of a message (a handshake with the receiver, a wake-up of the waiting
+# process) stays small. Measured with 4 ranks on 2 cores, where every
+# microsecond of CPU counts: 256 KiB pieces cost ~10% more CPU than 2 MiB ones.
+PIECE_BYTES = 2 * 1024 * 1024
+MAX_PIECES = 4
 
 
 def ring_all_reduce(tensor, op="sum", *, trace=None, piece_bytes=PIECE_BYTES):
@@ -69,7 +72,7 @@ class _Ring:
         largest = max(c.numel() for c in chunks)
         self.pieces = max(1, min(MAX_PIECES, largest * chunks[0].element_size() // piece_bytes))
         # Step s receives into one buffer while step s-1's are still added.
-        self.scratch = [chunks[0].new_empty(largest) for _ in range(2)]
+        self.scratch = scratch_buffers(chunks[0], largest)
         self.sends = []
         self.contributions = [1] * self.world_size
         # dist.isend/irecv wrap these calls in argument checks and logging
@@ -139,6 +142,22 @@ class _Ring:
         for work in self.sends:
             work.wait()
         self.sends.clear()
+
+
+# Scratch buffers, kept from one call to the next: a fresh 16 MiB buffer is
+# fresh memory from the operating system, which zeroes every page on first
+# touch, and that costs as much CPU as a few messages. Keyed by dtype and
+# device; they only grow, to the largest chunk seen.
+_SCRATCH = {}
+
+
+def scratch_buffers(like, numel):
+    """Two reusable buffers of at least ``numel`` elements, like ``like``."""
+    key = (like.dtype, like.device)
+    buffers = _SCRATCH.get(key)
+    if buffers is None or buffers[0].numel() < numel:
+        buffers = _SCRATCH[key] = [like.new_empty(numel) for _ in range(2)]
+    return buffers
 
 
 def check_all_reduce_arguments(tensor, op):
