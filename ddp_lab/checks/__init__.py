@@ -9,6 +9,8 @@ tick or as a list of mistakes, each explained.
 - Lab 4: ``check_ddp``, DDP built from gradient hooks, against torch's DDP.
 - Lab 5: ``check_torchrun_script``, a training script run under torchrun with
   an injected failure.
+- Lab 6: ``check_zero1`` (ZeRO-1 built by hand: optimizer state sharded, reduce-scatter
+  and all-gather) and ``check_memory_answer`` (bytes per rank under DDP and ZeRO-1/2/3).
 """
 
 from ddp_lab.checks.collectives import check_all_gather, check_all_reduce
@@ -19,7 +21,8 @@ from ddp_lab.checks.ranks import check_rank_table
 from ddp_lab.checks.result import CheckResult, Mistake
 from ddp_lab.checks.ring import check_ring_all_reduce
 from ddp_lab.checks.torchrun import check_torchrun_script
+from ddp_lab.checks.zero import check_memory_answer, check_zero1
 
 __all__ = ["CheckResult", "Mistake", "check_all_gather", "check_all_reduce", "check_ddp",
-           "check_devices", "check_rank_table", "check_ranks_in_group", "check_ring_all_reduce",
-           "check_torchrun_script"]
+           "check_devices", "check_memory_answer", "check_rank_table", "check_ranks_in_group",
+           "check_ring_all_reduce", "check_torchrun_script", "check_zero1"]

@@ -1,0 +1,612 @@
+"""Lab 6's checkers: memory per rank under ZeRO, and ZeRO-1 built by hand.
+
+**Exercise 1.** The reader computes the bytes of model states that each rank
+holds under DDP and the three ZeRO stages, as a dict
+``{"DDP": ..., "ZeRO-1": ..., "ZeRO-2": ..., "ZeRO-3": ...}``, and
+:func:`check_memory_answer` compares each number with
+:func:`ddp_lab.memory.memory_per_rank`. A wrong number is explained term by
+term: the checker tries the usual slips (a state sharded that should not be,
+or not sharded that should be; 4 bytes where mixed precision stores 2; the
+fp32 master weights forgotten; gigabytes instead of bytes) and names the
+ones that give exactly the reader's number.
+
+**Exercise 2.** The reader writes an optimizer class ``MyZeRO1(params, lr)``
+that shards Adam's state over the ranks, ZeRO stage 1. Its ``step()`` is
+called on every rank right after ``loss.backward()``, when each rank's
+``p.grad`` holds the gradient of its *own* batch. It must:
+
+1. flatten the gradients into one vector, padded with zeros to
+   ``W * shard_size`` elements, where ``shard_size = ceil(numel / W)``;
+2. reduce-scatter it with the average, so that rank r receives elements
+   ``r * shard_size`` to ``(r + 1) * shard_size`` of the mean gradient;
+3. update its shard of the flat parameters with ``self.optimizer``, a
+   ``torch.optim.Adam`` built over that shard only: the optimizer state
+   this rank keeps is the state of its shard;
+4. all-gather the updated shards and copy the full vector back into the
+   parameters, so that every rank ends the step with the same weights.
+
+:func:`check_zero1` runs it on real gloo ranks: each rank builds the same
+small MLP (293 parameters, a number no world size from 2 to 4 divides, so
+the padding matters), trains it for a few steps on its own batches with the
+reader's class, and, next to it, trains a copy the DDP way (all-reduce,
+divide by W, ``torch.optim.Adam`` over all the parameters). After every step
+it compares the weights with the DDP copy's and between the ranks, reads
+``self.optimizer``'s state (its size and Adam's first moment, against the
+matching slice of the DDP optimizer's), and records the collectives
+``step()`` issued. Mistakes are named: the gradients summed rather than
+averaged (Adam all but hides it in the weights, its state shows it), not
+reduced at all, the shards never all-gathered (each rank right only on its
+own shard), the full state kept on every rank, a shard misaligned, a crash
+from missing padding, ranks that disagree, and an all-reduce of the whole
+gradient where a reduce-scatter is enough.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+import re
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import RankDied, RankFailed, RanksTimedOut
+from ..launcher import launch
+from ..memory import STAGES, bytes_per_parameter, memory_per_rank
+from .result import CheckResult, Mistake, signature_mistake
+
+__all__ = ["check_memory_answer", "check_zero1", "WIDTHS", "LR"]
+
+WIDTHS = (12, 16, 5)  # fc1: 12 -> 16, fc2: 16 -> 5: 208 + 85 = 293 parameters, a prime
+LR = 0.01
+BETA1 = 0.9  # torch.optim.Adam's default, needed to predict its first moment
+BATCH = 8
+ATOL, RTOL = 1e-6, 1e-4
+
+
+# ============================================================ Exercise 1: memory per rank
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """One way of counting: bytes per parameter of each state, and which states are divided by N."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+    sharded: tuple  # (parameters, gradients, optimizer): True where divided by N
+
+    def total(self, num_parameters, world_size):
+        sizes = (self.parameters, self.gradients, self.optimizer)
+        return sum(size * num_parameters / (world_size if shard else 1)
+                   for size, shard in zip(sizes, self.sharded))
+
+
+def check_memory_answer(answer: dict, num_parameters: float = 1.5e9, world_size: int = 8, *,
+                        precision: str = "mixed", optimizer: str = "adam") -> CheckResult:
+    """Check bytes per rank for DDP and ZeRO-1/2/3, ``answer = {"DDP": bytes, "ZeRO-1": bytes, ...}``.
+
+    Each stage is compared with :func:`ddp_lab.memory.memory_per_rank`
+    (within 0.1 %); a wrong number is explained by the slip that produces it.
+    """
+    if not isinstance(answer, dict):
+        raise TypeError(f"answer must be a dict such as {{'DDP': 24e9, 'ZeRO-1': ...}}, got "
+                        f"{type(answer).__name__}")
+    right = bytes_per_parameter(precision, optimizer)  # also checks precision and optimizer
+    memory_per_rank(num_parameters, world_size)  # checks the numbers
+    subject = (f"bytes per rank for Ψ = {num_parameters:.3g} parameters on N = {world_size} ranks, "
+               f"{precision} precision, {optimizer}")
+    mistakes = []
+    for level, stage in enumerate(STAGES):
+        correct = _Terms(right.parameters, right.gradients, right.optimizer,
+                         (level >= 3, level >= 2, level >= 1))
+        mistake = _memory_mistake(stage, answer.get(stage), correct, num_parameters, world_size, precision)
+        if mistake:
+            mistakes.append(mistake)
+    unknown = [key for key in answer if key not in STAGES]
+    if unknown:
+        mistakes.append(Mistake("answer", "unknown_key",
+                                f"unknown keys {', '.join(map(repr, unknown))}: use "
+                                f"{', '.join(map(repr, STAGES))}"))
+    wrong_stages = sum(m.where in STAGES for m in mistakes)
+    return CheckResult(subject, len(STAGES) - wrong_stages, len(STAGES), "stage", tuple(mistakes))
+
+
+def _memory_mistake(stage, value, correct, num_parameters, world_size, precision):
+    """None if ``value`` is right; else a Mistake saying which term is off."""
+    if value is None or value is ...:
+        return Mistake(stage, "missing", "no answer yet: give the bytes of model states per rank, a number")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return Mistake(stage, "not_a_number", f"give a number of bytes, got {type(value).__name__}: {value!r}")
+    expected = correct.total(num_parameters, world_size)
+    if math.isclose(value, expected, rel_tol=1e-3):
+        return None
+    for unit, factor in (("GB (10⁹ bytes)", 1e9), ("GiB (2³⁰ bytes)", 2**30)):
+        if math.isclose(value * factor, expected, rel_tol=1e-3):
+            return Mistake(stage, "units", f"{value:g} looks like a number of {unit}: give bytes")
+    slips = _explain(value, correct, num_parameters, world_size, precision)
+    if slips:
+        return Mistake(stage, "term", f"{_bytes(value)}: " + "; and ".join(slips))
+    return Mistake(stage, "wrong", f"{_bytes(value)} is not what {_formula(correct)} gives, nor one "
+                                   f"or two slips away from it: write the three terms out one by one")
+
+
+def _bytes(value):
+    """``3e+10 bytes (30 GB)``, or ``24 bytes`` for small numbers."""
+    return f"{value:.4g} bytes ({value / 1e9:.4g} GB)" if abs(value) >= 1e8 else f"{value:g} bytes"
+
+
+def _explain(value, correct, num_parameters, world_size, precision):
+    """The slips (at most two) that turn the right count into ``value``, explained."""
+    candidates = []
+    for terms in _variants(correct):
+        if math.isclose(terms.total(num_parameters, world_size), value, rel_tol=1e-3):
+            slips = _slips(terms, correct, world_size, precision)
+            if len(slips) <= 2:
+                candidates.append(slips)
+    return min(candidates, key=len) if candidates else []
+
+
+def _variants(correct):
+    """Every count that differs from ``correct`` in bytes per state or in what is sharded."""
+    byte_sizes = (2, 4)
+    optimizer_sizes = sorted({correct.optimizer, correct.optimizer + 4, max(correct.optimizer - 4, 0)})
+    flags = [(a, b, c) for a in (False, True) for b in (False, True) for c in (False, True)]
+    for sharded in flags:
+        for p in byte_sizes:
+            for g in byte_sizes:
+                for k in optimizer_sizes:
+                    yield _Terms(p, g, k, sharded)
+
+
+STATE_NAMES = ("parameters", "gradients", "optimizer state")
+
+
+def _slips(terms, correct, world_size, precision):
+    slips = []
+    for name, got, right in (("parameters", terms.parameters, correct.parameters),
+                             ("gradients", terms.gradients, correct.gradients)):
+        if got != right:
+            bits = "16-bit (2 bytes)" if right == 2 else "32-bit (4 bytes)"
+            slips.append(f"{name} counted at {got} bytes each, but in {precision} precision they are {bits}")
+    if terms.optimizer != correct.optimizer:
+        slips.append(_optimizer_slip(terms.optimizer, correct.optimizer, precision))
+    for name, got, right, first in zip(STATE_NAMES, terms.sharded, correct.sharded, ("ZeRO-3", "ZeRO-2", "ZeRO-1")):
+        them = "it" if name == "optimizer state" else "them"
+        if got and not right:
+            slips.append(f"the {name} divided by N = {world_size}, but only {first} and the stages after it "
+                         f"shard {them}: here every rank holds all of {them}")
+        elif right and not got:
+            slips.append(f"the {name} counted in full, but this stage shards {them}: each rank keeps only "
+                         f"1/N (divide that term by N = {world_size})")
+    return slips
+
+
+def _optimizer_slip(got, right, precision):
+    if precision == "mixed" and got == right - 4:
+        return (f"optimizer state counted at K = {got} bytes per parameter: mixed precision also keeps "
+                f"an fp32 master copy of the weights in the optimizer (4 bytes), so K = {right}")
+    if precision == "fp32" and got == right + 4:
+        return (f"optimizer state counted at K = {got} bytes per parameter: in fp32 the parameters are "
+                f"already 32-bit, so there is no master copy and K = {right}")
+    return f"optimizer state counted at K = {got} bytes per parameter instead of K = {right}"
+
+
+def _formula(terms):
+    parts = []
+    for size, shard, symbol in zip((terms.parameters, terms.gradients, terms.optimizer), terms.sharded, "pgK"):
+        parts.append(f"{symbol}·Ψ{'/N' if shard else ''} (with {symbol} = {size})")
+    return " + ".join(parts)
+
+
+# ============================================================ Exercise 2: ZeRO-1 by hand
+
+
+@dataclass
+class _Step:
+    """What one rank saw in one step (plain data, sent back to the notebook)."""
+
+    before: torch.Tensor  # flat weights before the step
+    weights: torch.Tensor  # flat weights after the reader's step
+    reference: torch.Tensor  # flat weights after the DDP-style step
+    state: str  # a key of STATE_MESSAGES, or "ok"
+    state_numel: int
+    other_shard: int | None
+    collectives: list  # (op, numel) issued by step()
+
+
+@dataclass
+class _RankReport:
+    rank: int
+    world_size: int
+    numel: int
+    shard_size: int
+    error: str | None = None
+    error_stage: str | None = None
+    steps: list = field(default_factory=list)
+
+
+def _recorder():
+    """A TorchDispatchMode that writes down every c10d operation with its element count."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CollectiveRecorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func)
+            if name.startswith("c10d."):
+                first = args[0] if args else None
+                tensors = first if isinstance(first, (list, tuple)) else [first]
+                numel = sum(t.numel() for t in tensors if isinstance(t, torch.Tensor))
+                self.calls.append((name.split(".")[1].strip("_"), numel))
+            return func(*args, **(kwargs or {}))
+
+    return CollectiveRecorder()
+
+
+def _flat(tensors):
+    return torch.cat([t.detach().reshape(-1) for t in tensors]).clone()
+
+
+def _close(a, b):
+    return a.shape == b.shape and torch.allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+def _run_on_rank(make_optimizer, steps, lr):
+    """Train with the reader's optimizer and the DDP way side by side; report each step."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from ..models import mlp
+
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    model = mlp(WIDTHS, seed=0)  # the same start on every rank
+    theirs, ddp_copy = copy.deepcopy(model), copy.deepcopy(model)
+    numel = sum(p.numel() for p in model.parameters())
+    report = _RankReport(rank, world_size, numel, -(-numel // world_size))
+    reference_optimizer = torch.optim.Adam(ddp_copy.parameters(), lr=lr)
+    recorder = _recorder()
+    generator = torch.Generator().manual_seed(1000 + rank)  # each rank its own batches
+    stage = "building your optimizer: MyZeRO1(params, lr)"
+    try:
+        optimizer = make_optimizer(list(theirs.parameters()), lr)
+        for step in range(steps):
+            x = torch.randn(BATCH, WIDTHS[0], generator=generator)
+            y = torch.randint(0, WIDTHS[-1], (BATCH,), generator=generator)
+            previous_moment = _first_moment(reference_optimizer)
+            _ddp_step(ddp_copy, reference_optimizer, x, y)
+            stage = f"step {step + 1}: backward"
+            theirs.zero_grad(set_to_none=True)
+            F.cross_entropy(theirs(x), y).backward()
+            local_gradient = _flat(p.grad for p in theirs.parameters())
+            before = _flat(theirs.parameters())
+            stage = f"step {step + 1}: your step()"
+            recorder.calls = []
+            with recorder:
+                optimizer.step()
+            stage = f"step {step + 1}: comparing"
+            kind, state_numel, other = _classify_state(optimizer, report, reference_optimizer,
+                                                       previous_moment, local_gradient)
+            report.steps.append(_Step(before, _flat(theirs.parameters()), _flat(ddp_copy.parameters()),
+                                      kind, state_numel, other, list(recorder.calls)))
+    except Exception as error:  # the reader's code: report it, never crash the check
+        report.error, report.error_stage = _last_lines(error), stage
+    return report
+
+
+def _ddp_step(model, optimizer, x, y):
+    """The DDP way: every rank all-reduces the full gradient, divides by W, and runs Adam on everything."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    optimizer.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    grads = [p.grad for p in model.parameters()]
+    flat = _flat(grads)
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    torch.nn.utils.vector_to_parameters(flat, grads)  # the mean, back into each p.grad
+    optimizer.step()
+
+
+def _first_moment(optimizer):
+    """Adam's exp_avg over all its parameters, as one flat vector (zeros before the first step)."""
+    moments = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            moment = state.get("exp_avg")
+            moments.append(moment.reshape(-1) if moment is not None else torch.zeros(p.numel()))
+    return torch.cat(moments) if moments else torch.zeros(0)
+
+
+def _classify_state(optimizer, report, reference_optimizer, previous_moment, local_gradient):
+    """What the reader's ``self.optimizer`` holds after a step, against this rank's expected shard."""
+    inner = getattr(optimizer, "optimizer", None)
+    if not isinstance(inner, torch.optim.Optimizer):
+        return "no_optimizer", 0, None
+    tensors = [v for state in inner.state.values() for v in state.values() if torch.is_tensor(v) and v.dim() > 0]
+    numel = sum(t.numel() for t in tensors)
+    if not tensors:
+        return "no_state", 0, None
+    if not any("exp_avg" in state for state in inner.state.values()):
+        return "not_adam", numel, None
+    theirs = _first_moment(inner)
+    size, world_size = report.shard_size, report.world_size
+    padded = size * world_size
+    expected = _pad(_first_moment(reference_optimizer), padded)
+    if theirs.numel() >= report.numel:  # one moment covers every parameter: DDP's state
+        return "full", numel, None
+    if theirs.numel() not in (size, max(report.numel - report.rank * size, 0)):
+        return "size", numel, None
+    candidates = {
+        "ok": expected,
+        "sum": world_size * expected,
+        "local": BETA1 * _pad(previous_moment, padded) + (1 - BETA1) * _pad(local_gradient, padded),
+    }
+    mine = slice(report.rank * size, report.rank * size + theirs.numel())
+    for kind, candidate in candidates.items():
+        if _close(theirs, candidate[mine]):
+            return kind, numel, None
+    for other in range(world_size):
+        start = other * size
+        if other != report.rank and _close(theirs, expected[start:start + theirs.numel()]):
+            return "other_shard", numel, other
+    return "wrong", numel, None
+
+
+def _pad(flat, length):
+    return torch.cat([flat, flat.new_zeros(length - flat.numel())]) if flat.numel() < length else flat
+
+
+def _last_lines(error):
+    """The exception and the line of the reader's code it came from.
+
+    Gloo's own messages start with a log prefix that holds the time
+    (``[rank0]:[F1122 21:14:26.656353058 ProcessGroupGloo.cpp:1537] ``): it is cut.
+    """
+    frames = traceback.extract_tb(error.__traceback__)
+    theirs = [f for f in frames if f.filename != __file__ and "torch" not in f.filename]
+    where = f" (in {theirs[-1].name}: {theirs[-1].line})" if theirs and theirs[-1].line else ""
+    text = re.sub(r"(\[rank\d+\]:)?\[[A-Z]\d{4} [^\]]*\]\s*", "", str(error)).strip()
+    return f"{type(error).__name__}: {text}{where}"
+
+
+# -------------------------------------------------------------------- the notebook side
+
+
+def check_zero1(make_optimizer, *, world_size: int = 2, steps: int = 3, lr: float = LR,
+                timeout: float = 60) -> CheckResult:
+    """Check a ZeRO-1 optimizer ``make_optimizer(params, lr)`` against DDP + Adam on real ranks.
+
+    After each of ``steps`` steps on ``world_size`` gloo ranks: the weights
+    (equal to DDP's, and the same on every rank) and the optimizer state (only
+    this rank's shard, averaged gradients); once, the collectives used.
+    """
+    if not callable(make_optimizer):
+        raise TypeError(f"pass your class itself, e.g. check_zero1(MyZeRO1); got "
+                        f"{type(make_optimizer).__name__}: {make_optimizer!r}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or not 2 <= world_size <= 4:
+        raise ValueError(f"world_size must be 2, 3 or 4, got {world_size!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    name = getattr(make_optimizer, "__name__", type(make_optimizer).__name__)
+    subject = f"{name} vs DDP + Adam: {world_size} ranks, {steps} steps"
+    total = 2 * steps + 1  # weights and state per step, communication
+    wrong_signature = signature_mistake(make_optimizer, 2, "class MyZeRO1: def __init__(self, params, lr)")
+    if wrong_signature:
+        return CheckResult(subject, 0, total, "check", (wrong_signature,))
+    try:
+        reports = launch(_run_on_rank, world_size, args=(make_optimizer, steps, lr),
+                         backend="gloo", threads=1, timeout=timeout)
+    except RanksTimedOut as error:
+        where = "; ".join(f"rank {r}: {w}" for r, w in sorted(error.unfinished.items()))
+        return CheckResult(subject, 0, total, "check", (Mistake(
+            "all ranks", "hang",
+            f"the ranks did not finish within {timeout:g} s ({where}). A collective waits until every "
+            f"rank calls it: does every rank call the same reduce-scatter and all-gather, with tensors "
+            f"of the same size, in the same order? (a step() that returns early on one rank, or a "
+            f"collective inside `if rank == ...`, hangs the others)"),))
+    except (RankFailed, RankDied) as error:
+        message = str(error).splitlines()[0]
+        if isinstance(error, RankDied) and error.signal_name == "SIGABRT":
+            message += (": gloo aborts a rank whose collective does not match the other ranks' (another "
+                        "operation, or another size). Do all ranks call the same collectives, with tensors "
+                        "of the same size, in the same order?")
+        return CheckResult(subject, 0, total, "check", (Mistake("a rank", "crash", message),))
+    return _verdict(subject, total, reports)
+
+
+def _verdict(subject, total, reports):
+    errors = [r for r in reports if r.error]
+    if errors:
+        return CheckResult(subject, 0, total, "check", (_error_mistake(errors, reports),))
+    weights, weight_failures = _weight_mistakes(reports)
+    state, state_failures = _state_mistakes(reports, _first_bad_weights(reports))
+    communication = _communication_mistakes(reports)
+    mistakes = weights + state + communication
+    failed = weight_failures + state_failures + bool(communication)
+    return CheckResult(subject, total - failed, total, "check", tuple(mistakes))
+
+
+def _error_mistake(errors, reports):
+    first = errors[0]
+    which = "every rank" if len(errors) == len(reports) else f"rank {first.rank}"
+    message = f"your code raised while {first.error_stage}: {first.error}"
+    if first.numel % first.world_size and any(w in first.error.lower() for w in ("size", "shape", "split", "numel")):
+        padded = first.shard_size * first.world_size
+        message += (f". The flat vector has {first.numel} elements, not a multiple of W = {first.world_size}: "
+                    f"pad it with zeros to W × ceil({first.numel} / {first.world_size}) = {padded} elements "
+                    f"before the collectives, and leave the padding out when copying back")
+    return Mistake(which, "error", message)
+
+
+# ------------------------------------------------------------------------ the weights
+
+
+def _first_bad_weights(reports):
+    """The index of the first step whose weights are wrong, or None."""
+    return next((s for s in range(len(reports[0].steps)) if _weights_wrong(reports, s)), None)
+
+
+def _weight_mistakes(reports):
+    """The first step whose weights are wrong, explained; and how many steps are wrong."""
+    steps = len(reports[0].steps)
+    bad = [s for s in range(steps) if _weights_wrong(reports, s)]
+    if not bad:
+        return [], 0
+    first = bad[0]
+    where = _steps_text(bad)
+    return [Mistake(where, "weights", _explain_weights(reports, first))], len(bad)
+
+
+def _weights_wrong(reports, s):
+    agree = all(torch.equal(r.steps[s].weights, reports[0].steps[s].weights) for r in reports)
+    return not agree or not all(_close(r.steps[s].weights, r.steps[s].reference) for r in reports)
+
+
+def _explain_weights(reports, s):
+    step = f"after step {s + 1}"
+    if all(torch.equal(r.steps[s].weights, r.steps[s].before) for r in reports):
+        return (f"{step} the parameters had not changed on any rank: step() must end by copying the "
+                f"all-gathered flat parameters back into every p (under torch.no_grad())")
+    stale = [r for r in reports if _only_own_shard(r, s)]
+    if len(stale) == len(reports):
+        first = reports[0]
+        return (f"{step} each rank's parameters were right on its own shard only (rank 0: elements 0 to "
+                f"{first.shard_size - 1}); the other shards still held the weights from before the step. "
+                f"Each rank updates its own shard: all-gather the updated shards (all_gather_single) "
+                f"into the full flat vector and copy it into the parameters on every rank")
+    if not all(torch.equal(r.steps[s].weights, reports[0].steps[s].weights) for r in reports):
+        largest = max(float((r.steps[s].weights - reports[0].steps[s].weights).abs().max()) for r in reports)
+        return (f"{step} the ranks disagree: the largest difference from rank 0's weights is {largest:.3g}. "
+                f"After the all-gather every rank must copy the *same* full vector into its parameters; "
+                f"the weights of different ranks must not drift apart")
+    largest = max(float((r.steps[s].weights - r.steps[s].reference).abs().max()) for r in reports)
+    return (f"{step} the weights, the same on every rank, differ from DDP + Adam's by up to {largest:.3g}"
+            f"{_state_hint(reports, s)}")
+
+
+def _only_own_shard(report, s):
+    """Right on this rank's shard, and the rest unchanged since before the step."""
+    seen = report.steps[s]
+    start = report.rank * report.shard_size
+    mine = slice(start, min(start + report.shard_size, report.numel))
+    rest = torch.ones(report.numel, dtype=torch.bool)
+    rest[mine] = False
+    return (_close(seen.weights[mine], seen.reference[mine]) and bool(rest.any())
+            and torch.equal(seen.weights[rest], seen.before[rest]))
+
+
+def _state_hint(reports, s):
+    kinds = {r.steps[s].state for r in reports}
+    if "local" in kinds:
+        return ": the optimizer state shows it used each rank's own gradient (see below)"
+    if "other_shard" in kinds:
+        return ": each rank updated a shard that is not its own (see below)"
+    return ""
+
+
+# ------------------------------------------------------------------ the optimizer state
+
+
+STATE_MESSAGES = {
+    "no_optimizer": "no self.optimizer: keep this rank's torch.optim.Adam (built over its shard only) "
+                    "in self.optimizer, so that its state can be measured",
+    "no_state": "self.optimizer has no state after step(): was self.optimizer.step() called, with the "
+                "shard's gradient set (shard.grad = ...)?",
+    "not_adam": "self.optimizer keeps no exp_avg: build it as torch.optim.Adam([shard], lr=lr)",
+    "full": "the optimizer keeps Adam's state for all {numel} parameters, as DDP does ({state} numbers "
+            "per rank): build self.optimizer over this rank's shard only, a flat tensor of "
+            "shard_size = ceil({numel} / {W}) = {size} elements, so that it keeps 2 × {size} numbers",
+    "size": "the optimizer keeps {state} numbers of state; this rank's shard has {size} elements, so "
+            "Adam's two moments should take 2 × {size} = {twice}: the shard is not the flat vector's "
+            "slice [rank × shard_size, (rank + 1) × shard_size)",
+    "sum": "Adam's first moment is W = {W} times DDP's: the gradient shards were summed, not averaged "
+           "(use op=dist.ReduceOp.AVG, or divide by W). Adam all but hides this in the weights (it "
+           "divides its first moment by the square root of its second, so a constant factor cancels), "
+           "but weight decay, gradient clipping or SGD would not",
+    "local": "the optimizer was given this rank's own gradient, not the mean over the ranks: "
+             "reduce-scatter the flat gradient (with the average) and give its result to the optimizer",
+    "other_shard": "the optimizer state belongs to another rank's shard (rank {rank} holds shard "
+                   "{other}'s): rank r must own elements r × shard_size to (r + 1) × shard_size, the "
+                   "piece the reduce-scatter gives it",
+    "wrong": "Adam's first moment differs from the matching slice of DDP + Adam's (and is neither W "
+             "times it, nor this rank's own gradient, nor another rank's shard)",
+}
+
+
+def _state_mistakes(reports, first_bad_weights):
+    """One mistake per kind of wrong state (steps and ranks where seen); how many steps failed.
+
+    A state that is merely "wrong" after the weights went wrong is a consequence (the
+    gradients were computed at other weights), not a mistake of its own: it is counted
+    as a failed check but not explained again.
+    """
+    steps = len(reports[0].steps)
+    found = {}  # kind -> (steps, ranks, example report, example step)
+    bad_steps = set()
+    for s in range(steps):
+        for report in reports:
+            kind = report.steps[s].state
+            if kind != "ok":
+                bad_steps.add(s)
+                if kind == "wrong" and first_bad_weights is not None and s > first_bad_weights:
+                    continue
+                steps_seen, ranks, _, _ = found.setdefault(kind, (set(), set(), report, s))
+                steps_seen.add(s)
+                ranks.add(report.rank)
+    mistakes = []
+    for kind, (steps_seen, ranks, report, s) in found.items():
+        seen = report.steps[s]
+        message = STATE_MESSAGES[kind].format(
+            numel=report.numel, W=report.world_size, size=report.shard_size, state=seen.state_numel,
+            twice=2 * report.shard_size, rank=report.rank, other=seen.other_shard)
+        where = f"{_steps_text(sorted(steps_seen))}, {_ranks_text(sorted(ranks), len(reports))}"
+        mistakes.append(Mistake(where, kind, message))
+    return mistakes, len(bad_steps)
+
+
+# --------------------------------------------------------------------- the communication
+
+
+def _communication_mistakes(reports):
+    report = reports[0]
+    calls = [op for step in report.steps for op, _ in step.collectives]
+    if not calls:
+        return [Mistake("communication", "no_collective",
+                        "step() ran no collective: ZeRO-1 reduce-scatters the flat gradient "
+                        "(reduce_scatter_single) and all-gathers the updated shards (all_gather_single)")]
+    reduced = any(op.startswith("reduce_scatter") for op in calls)
+    full_all_reduce = any(op.startswith("allreduce") and numel >= report.numel
+                          for step in report.steps for op, numel in step.collectives)
+    if full_all_reduce and not reduced:
+        return [Mistake("communication", "all_reduce",
+                        "the whole gradient was all-reduced, then sliced: the result is right, but each "
+                        "rank receives the full mean gradient to use 1/W of it. A reduce-scatter delivers "
+                        "only the shard, half an all-reduce's traffic; with the all-gather of the "
+                        "parameters it adds up to exactly what DDP moves")]
+    return []
+
+
+# ---------------------------------------------------------------------------- wording
+
+
+def _steps_text(steps):
+    steps = [s + 1 for s in steps]
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if steps == list(range(steps[0], steps[-1] + 1)):
+        return f"steps {steps[0]}-{steps[-1]}"
+    return f"steps {', '.join(map(str, steps))}"
+
+
+def _ranks_text(ranks, world_size):
+    if len(ranks) == world_size:
+        return "every rank"
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
