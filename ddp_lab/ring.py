@@ -73,7 +73,7 @@ class _Ring:
         self.pieces = max(1, min(MAX_PIECES, largest * chunks[0].element_size() // piece_bytes))
         # Step s receives into one buffer while step s-1's are still added.
         self.scratch = scratch_buffers(chunks[0], largest)
-        self.sends = []
+        self.sends = {}  # chunk index -> sends of it still in flight
         self.contributions = [1] * self.world_size
         # dist.isend/irecv wrap these calls in argument checks and logging
         # that cost a few hundred microseconds per message; the ring sends
@@ -90,8 +90,9 @@ class _Ring:
         return step < self.world_size - 1
 
     def run(self):
-        for piece in self._pieces(self.chunks[self.sent_chunk(0)]):
-            self._send(piece, step=0)
+        first = self.sent_chunk(0)
+        for piece in self._pieces(self.chunks[first]):
+            self._send(piece, first, step=0)
         receives = self._post_receives(0)
         for step in range(self.steps):
             following = self._post_receives(step + 1) if step + 1 < self.steps else None
@@ -105,7 +106,7 @@ class _Ring:
         if self.reducing(step):
             target = self.scratch[step % 2][: self.chunks[index].numel()]
         else:
-            self._wait_for_sends()  # a chunk we sent may be overwritten now
+            self._wait_for_sends(index)  # it is overwritten: its old value must be gone
             target = self.chunks[index]
         return [(piece, self.group.recv([piece], self.left, step)) for piece in self._pieces(target)]
 
@@ -120,7 +121,7 @@ class _Ring:
                 if last_reduction and self.op == "avg":
                     own.div_(self.world_size)  # this chunk's sum is complete
             if step + 1 < self.steps:
-                self._send(own, step=step + 1)
+                self._send(own, index, step=step + 1)
         # The incoming partial sum carries step + 1 inputs; ours makes step + 2.
         self.contributions[index] = step + 2 if self.reducing(step) else self.world_size
         if self.trace is not None:
@@ -133,15 +134,16 @@ class _Ring:
     def _pieces(self, tensor):
         return tensor.tensor_split(self.pieces)
 
-    def _send(self, piece, step):
-        self.sends.append(self.group.send([piece], self.right, step))
+    def _send(self, piece, index, step):
+        self.sends.setdefault(index, []).append(self.group.send([piece], self.right, step))
         if self.trace is not None:
             self.trace.count_bytes(piece)
 
-    def _wait_for_sends(self):
-        for work in self.sends:
-            work.wait()
-        self.sends.clear()
+    def _wait_for_sends(self, index=None):
+        """Wait until the sends of chunk ``index`` (of every chunk: None) are done."""
+        for chunk in list(self.sends) if index is None else [index]:
+            for work in self.sends.pop(chunk, []):
+                work.wait()
 
 
 # Scratch buffers, kept from one call to the next: a fresh 16 MiB buffer is
