@@ -251,6 +251,24 @@ def check_widgets(page, problems):
             problems.append(f"clicking Play did not move the linked widgets (readouts {before})")
 
 
+def launch_links(name: str) -> dict[str, str]:
+    """The Colab and Binder links a notebook page must offer (from _config.yml's repository)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    repo = urlsplit(config["url"]).path.strip("/")
+    branch = config.get("branch", "main")
+    return {
+        "Colab": f"https://colab.research.google.com/github/{repo}/blob/{branch}/{name}.ipynb",
+        "Binder": f"https://mybinder.org/v2/gh/{repo}/{branch}?urlpath=lab/tree/{name}.ipynb",
+    }
+
+
+def check_launch_buttons(page, name, problems):
+    links = page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)")
+    for service, url in launch_links(name).items():
+        if url not in links:
+            problems.append(f"no {service} launch button linking to {url}")
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -270,6 +288,8 @@ def test_page_in_browser(name, site, browser):
         math = page.evaluate(MATH)
         if math["formulas"] and (not math["typeset"] or math["errors"]):
             problems.append(f"formulas not typeset by MathJax: {math}")
+        if (ROOT / f"{name}.ipynb").exists():
+            check_launch_buttons(page, name, problems)
         if has_widgets(outputs):
             check_widgets(page, problems)
         if has_animation(outputs):
