@@ -73,7 +73,7 @@ def no_rank_outlives_a_test():
     yield
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # closed before the next test module runs
 def book() -> Path:
     """Build the book exactly as CI and the README do; the jupyter-cache keeps it quick."""
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
@@ -100,7 +100,7 @@ def build_failure_report(started: float) -> str:
     return "\n".join(report + ["", "--- build log (end) ---", *lines[-15:], f"full log: {BUILD_LOG}"])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # closed before the next test module runs
 def site(book):
     """Serve the built HTML on 127.0.0.1 (ephemeral port); yields the base URL."""
 
@@ -119,7 +119,7 @@ def site(book):
     thread.join()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # closed before the next test module runs
 def browser():
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} not found: `apt-get install chromium`", pytrace=False)
