@@ -1,10 +1,19 @@
-"""Shared fixtures: every test leaves no rank process behind."""
+"""Shared fixtures: every test leaves no rank process behind.
 
-import multiprocessing
+Before anything imports torch, pin the CPU's float kernels, as the book build
+does (``REPRODUCIBLE_NUMERICS`` in book/_ext/book_html.py explains why): the
+kernels nbval starts inherit them, and the training numbers the notebooks
+print come out the same on any x86 machine with AVX2.
+"""
+
+import os
 import time
 
 import psutil
 import pytest
+
+for _name, _value in {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2"}.items():
+    os.environ.setdefault(_name, _value)
 
 
 def rank_processes():
