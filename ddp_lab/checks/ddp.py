@@ -42,7 +42,6 @@ mistake seen on several is reported once.
 from __future__ import annotations
 
 import copy
-import traceback
 from dataclasses import dataclass, field
 
 import torch
@@ -50,6 +49,7 @@ import torch
 from ..errors import RankDied, RankFailed, RanksTimedOut
 from ..launcher import launch
 from .result import CheckResult, Mistake
+from .wording import error_in_your_code, steps_text
 
 __all__ = ["check_ddp", "WIDTHS"]
 
@@ -173,7 +173,7 @@ def _run_on_rank(make_ddp, bucket_cap_mb, steps):
             seen.steps.append({"gradients": kinds, "weights_ok": weights_ok})
             seen.collectives.append(list(recorder.calls))
     except Exception as error:  # the reader's code: report it, never crash the check
-        seen.error = _last_lines(error)
+        seen.error = error_in_your_code(error)
         seen.error_stage = stage
     return seen
 
@@ -212,15 +212,6 @@ def _classify(theirs, torch_grad, local, world_size):
     if not theirs.any():
         return "zero"
     return "wrong"
-
-
-def _last_lines(error):
-    """The exception and the line of the reader's code it came from."""
-    frames = traceback.extract_tb(error.__traceback__)
-    here = __file__.rsplit(".", 1)[0]
-    theirs = [f for f in frames if not f.filename.startswith(here) and "torch" not in f.filename]
-    where = f" (in {theirs[-1].name}: {theirs[-1].line})" if theirs and theirs[-1].line else ""
-    return f"{type(error).__name__}: {error}{where}"
 
 
 # ------------------------------------------------------------- the notebook side
@@ -289,7 +280,7 @@ def _verdict(subject, total, ranks, bucket_cap_mb, steps):
     for s in bad_weights:
         failed.add(f"weights {s}")
     if bad_weights and not any(m.kind != "no_broadcast" for m in mistakes):
-        mistakes.append(Mistake(_steps_text(bad_weights), "weights",
+        mistakes.append(Mistake(steps_text(bad_weights), "weights",
                                 "the weights after the SGD step differ from torch's, although the gradients "
                                 "matched: does your wrapper change the parameters or their gradients after "
                                 "the backward pass?"))
@@ -339,7 +330,7 @@ def _gradient_mistakes(ranks, steps, failed):
             text = (f"step 1 was right but later steps were not ({text[0].lower()}{text[1:]}). Is state left "
                     f"over from the previous step? A bucket buffer not cleared, a count of ready "
                     f"gradients not reset, a list of handles not emptied")
-        mistakes.append(Mistake(_steps_text(where), "gradients", text))
+        mistakes.append(Mistake(steps_text(where), "gradients", text))
     return mistakes
 
 
@@ -419,12 +410,3 @@ def _names(names):
 def _ranks_with(ranks, predicate):
     found = [str(seen.rank) for seen in ranks if predicate(seen)]
     return f"rank {found[0]}" if len(found) == 1 else f"ranks {', '.join(found)}"
-
-
-def _steps_text(steps):
-    steps = [s + 1 for s in steps]
-    if len(steps) == 1:
-        return f"step {steps[0]}"
-    if steps == list(range(steps[0], steps[-1] + 1)):
-        return f"steps {steps[0]}-{steps[-1]}"
-    return f"steps {', '.join(map(str, steps))}"

@@ -29,7 +29,7 @@ from dataclasses import replace
 from ..errors import RankDied, RankFailed, RanksTimedOut
 from ..launcher import launch
 from ..topology import Topology
-from .devices import DEVICES_SIGNATURE, _as_devices, _explain_devices, _show
+from .devices import DEVICES_SIGNATURE, _as_devices, _explain_devices
 from .ranks import RANKS_SIGNATURE, _explain_ranks, _rank_pair, _split_process
 from .result import CheckResult, Mistake, signature_mistake
 

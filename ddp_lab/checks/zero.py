@@ -46,8 +46,6 @@ from __future__ import annotations
 import copy
 import math
 import numbers
-import re
-import traceback
 from dataclasses import dataclass, field
 
 import torch
@@ -56,6 +54,7 @@ from ..errors import RankDied, RankFailed, RanksTimedOut
 from ..launcher import launch
 from ..memory import STAGES, bytes_per_parameter, memory_per_rank
 from .result import CheckResult, Mistake, signature_mistake
+from .wording import error_in_your_code, steps_text
 
 __all__ = ["check_memory_answer", "check_zero1", "WIDTHS", "LR"]
 
@@ -295,7 +294,7 @@ def _run_on_rank(make_optimizer, steps, lr):
             report.steps.append(_Step(before, _flat(theirs.parameters()), _flat(ddp_copy.parameters()),
                                       kind, state_numel, other, list(recorder.calls)))
     except Exception as error:  # the reader's code: report it, never crash the check
-        report.error, report.error_stage = _last_lines(error), stage
+        report.error, report.error_stage = error_in_your_code(error), stage
     return report
 
 
@@ -362,19 +361,6 @@ def _classify_state(optimizer, report, reference_optimizer, previous_moment, loc
 
 def _pad(flat, length):
     return torch.cat([flat, flat.new_zeros(length - flat.numel())]) if flat.numel() < length else flat
-
-
-def _last_lines(error):
-    """The exception and the line of the reader's code it came from.
-
-    Gloo's own messages start with a log prefix that holds the time
-    (``[rank0]:[F1122 21:14:26.656353058 ProcessGroupGloo.cpp:1537] ``): it is cut.
-    """
-    frames = traceback.extract_tb(error.__traceback__)
-    theirs = [f for f in frames if f.filename != __file__ and "torch" not in f.filename]
-    where = f" (in {theirs[-1].name}: {theirs[-1].line})" if theirs and theirs[-1].line else ""
-    text = re.sub(r"(\[rank\d+\]:)?\[[A-Z]\d{4} [^\]]*\]\s*", "", str(error)).strip()
-    return f"{type(error).__name__}: {text}{where}"
 
 
 # -------------------------------------------------------------------- the notebook side
@@ -461,7 +447,7 @@ def _weight_mistakes(reports):
     if not bad:
         return [], 0
     first = bad[0]
-    where = _steps_text(bad)
+    where = steps_text(bad)
     return [Mistake(where, "weights", _explain_weights(reports, first))], len(bad)
 
 
@@ -567,7 +553,7 @@ def _state_mistakes(reports, first_bad_weights):
         message = STATE_MESSAGES[kind].format(
             numel=report.numel, W=report.world_size, size=report.shard_size, state=seen.state_numel,
             twice=2 * report.shard_size, rank=report.rank, other=seen.other_shard)
-        where = f"{_steps_text(sorted(steps_seen))}, {_ranks_text(sorted(ranks), len(reports))}"
+        where = f"{steps_text(sorted(steps_seen))}, {_ranks_text(sorted(ranks), len(reports))}"
         mistakes.append(Mistake(where, kind, message))
     return mistakes, len(bad_steps)
 
@@ -595,15 +581,6 @@ def _communication_mistakes(reports):
 
 
 # ---------------------------------------------------------------------------- wording
-
-
-def _steps_text(steps):
-    steps = [s + 1 for s in steps]
-    if len(steps) == 1:
-        return f"step {steps[0]}"
-    if steps == list(range(steps[0], steps[-1] + 1)):
-        return f"steps {steps[0]}-{steps[-1]}"
-    return f"steps {', '.join(map(str, steps))}"
 
 
 def _ranks_text(ranks, world_size):
