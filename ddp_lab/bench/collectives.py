@@ -106,18 +106,28 @@ def time_on_ranks(collectives, sizes, repeats, warmup=1):
             run = _operation(collective, nbytes)
             n = max(dist.get_world_size(), nbytes // 4)
             n -= n % dist.get_world_size()
-            for _ in range(warmup):
-                run()
-            times = []
-            for _ in range(repeats):
-                dist.barrier()
-                start = time.perf_counter()
-                run()
-                elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # done when the last rank is
-                times.append(elapsed.item())
-            out.append((collective, n * 4, tuple(times)))
+            out.append((collective, n * 4, slowest_rank_seconds(run, repeats, warmup)))
     return out
+
+
+def slowest_rank_seconds(run, repeats, warmup=1):
+    """Rank side: time ``run()`` ``repeats`` times, after ``warmup`` untimed calls.
+
+    All ranks start each repeat together (a barrier), and a repeat takes as
+    long as its slowest rank: a collective is done when the last rank is. The
+    same tuple of seconds comes back on every rank.
+    """
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        run()
+        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        times.append(elapsed.item())
+    return tuple(times)
 
 
 def _warm_up(rounds=5):
@@ -213,16 +223,7 @@ def _time_functions(functions, numel, repeats):
     results = {}
     for name, fn in functions.items():
         tensor = torch.ones(numel)
-        fn(tensor)  # warm-up
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            start = time.perf_counter()
-            fn(tensor)
-            elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-            times.append(elapsed.item())
-        results[name] = tuple(times)
+        results[name] = slowest_rank_seconds(lambda: fn(tensor), repeats)
     return results
 
 
@@ -251,16 +252,7 @@ def _time_averages(numel, repeats):
 
     def timed(average):
         tensor = torch.ones(numel)
-        average(tensor)  # warm-up
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            start = time.perf_counter()
-            average(tensor)
-            elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-            times.append(elapsed.item())
-        return statistics.median(times)
+        return statistics.median(slowest_rank_seconds(lambda: average(tensor), repeats))
 
     return {"parameter_server": timed(parameter_server_average), "all_reduce": timed(all_reduce_average)}
 
