@@ -213,10 +213,22 @@ def _start_process_group(setup):
     return None
 
 
+# Gloo's teardown of a process group is slow: it waits for its network event
+# loop, which wakes every 10 ms, once per connection (measured at 4 ranks:
+# 20-40 ms per rank, a third of a whole launch). A rank about to exit need not
+# wait for it. It still calls destroy_process_group(), so torch.distributed is
+# left clean, but keeps gloo's half of the group alive here: when the process
+# exits, the operating system closes its sockets at once.
+_GLOO_GROUPS_LEFT_TO_EXIT = []
+
+
 def _stop_process_group():
+    """Leave the default process group before the rank exits."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        if dist.get_backend() == "gloo":
+            _GLOO_GROUPS_LEFT_TO_EXIT.append(dist.group.WORLD)
         dist.destroy_process_group()
     _flush_all_output()
 

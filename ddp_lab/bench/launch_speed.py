@@ -4,7 +4,9 @@ Measured from the call to having every rank's result back:
 
 - ``torch.multiprocessing.spawn``: starts W fresh Pythons, each imports torch.
 - a plain fork of W processes that init gloo: fast, but unsafe once the
-  caller has initialised CUDA (what Accelerate's notebook_launcher does).
+  caller has initialised CUDA (what Accelerate's notebook_launcher does);
+  once as usual, once with gloo's teardown left to the process exit, as
+  ddp_lab's ranks do, so that the two are compared like for like.
 - ``ddp_lab.launch``: first call (starts the forkserver) and repeated calls.
 - persistent ranks: one ``%%ddp`` cell on ranks that are already running.
 """
@@ -50,20 +52,28 @@ def time_mp_spawn(world_size):
     return time.perf_counter() - start
 
 
-def _forked_rank(rank, world_size, port, results):
+_GROUPS_LEFT_TO_EXIT = []  # see time_plain_fork
+
+
+def _forked_rank(rank, world_size, port, results, skip_gloo_teardown):
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, world_size, rank == 0)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     results.send(trivial_all_reduce())
+    if skip_gloo_teardown:
+        _GROUPS_LEFT_TO_EXIT.append(dist.group.WORLD)
     dist.destroy_process_group()
 
 
-def time_plain_fork(world_size):
+def time_plain_fork(world_size, skip_gloo_teardown=False):
+    """A plain fork launcher. With ``skip_gloo_teardown`` its ranks leave gloo's
+    slow teardown to the process exit, as ddp_lab's ranks do (rank_process.py)."""
     context = multiprocessing.get_context("fork")
     start = time.perf_counter()
     port = _free_port()
     pipes = [context.Pipe(duplex=False) for _ in range(world_size)]
-    processes = [context.Process(target=_forked_rank, args=(r, world_size, port, pipes[r][1]))
+    processes = [context.Process(target=_forked_rank,
+                                 args=(r, world_size, port, pipes[r][1], skip_gloo_teardown))
                  for r in range(world_size)]
     for p in processes:
         p.start()
@@ -99,6 +109,8 @@ def main(world_size=4, repeats=20):
     forks = [time_plain_fork(world_size) for _ in range(max(3, repeats // 4))]
     baseline = statistics.median(forks)
     rows.append((f"plain fork + gloo init (median of {len(forks)})", baseline))
+    quick_exits = [time_plain_fork(world_size, skip_gloo_teardown=True) for _ in forks]
+    rows.append(("  the same, gloo teardown left to the exit", statistics.median(quick_exits)))
     rows.append(("torch.multiprocessing.spawn", time_mp_spawn(world_size)))
 
     print(f"\nCall to results of a trivial all_reduce: world_size {world_size}, gloo, "
