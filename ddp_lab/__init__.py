@@ -2,7 +2,8 @@
 
 The companion package of the book. The pieces a chapter uses:
 
-- ``launch(fn, world_size)``: run a function on W fresh ranks, get their results.
+- ``launch(fn, world_size)``: run a function on W fresh ranks, get their results;
+  ``start_forkserver()`` makes even the first launch fast.
 - ``Ranks(world_size)`` and the ``%%ddp`` cell magic (``%load_ext ddp_lab``):
   ranks that stay alive between cells, for interactive work.
 - ``RankFailed``, ``RankDied``, ``RanksTimedOut``: what a launch can raise.
@@ -21,12 +22,14 @@ from .errors import LaunchError, RankDied, RankFailed, RanksTimedOut
 from .launcher import launch
 from .naive import naive_all_reduce
 from .persistent import Ranks
+from .processes import start_forkserver
 from .ring import ring_all_reduce
 from .topology import Process, Topology
 from .trace import Trace
 
 __all__ = [
     "launch",
+    "start_forkserver",
     "Ranks",
     "LaunchError",
     "RankFailed",

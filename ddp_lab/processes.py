@@ -79,6 +79,21 @@ def forkserver_context():
     return context
 
 
+def start_forkserver():
+    """Start the forkserver now, in the background, rather than at the first launch.
+
+    It takes a second or two to start, because it imports torch. Called in a
+    notebook's first cell, it gets ready while the reader reads, and the
+    first launch is then as fast as the next ones. Returns at once; does
+    nothing if the forkserver already runs, or where there is none (Windows).
+    """
+    context = forkserver_context()
+    if context.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
 class RankProcesses:
     """``plan.world_size`` running ranks and the lines to talk to them."""
 

@@ -116,6 +116,29 @@ def test_ranks_are_not_forked_from_the_caller():
     assert psutil.Process(parents[0]).ppid() == os.getpid()
 
 
+def test_start_forkserver_gets_the_first_launch_ready_in_the_background(tmp_path):
+    # In a fresh Python, so that no forkserver runs yet.
+    script = tmp_path / "warm.py"
+    script.write_text(textwrap.dedent("""
+        import os, psutil, ddp_lab
+
+        def helpers():
+            return [p for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())]
+
+        if __name__ == "__main__":
+            assert helpers() == []
+            ddp_lab.start_forkserver()
+            server = helpers()
+            ddp_lab.start_forkserver()  # already running: nothing new
+            assert len(server) == 1 and helpers() == server
+            parents = ddp_lab.launch(os.getppid, 2)
+            assert parents == [server[0].pid] * 2  # the ranks came from it
+            print("ok")
+    """))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.endswith("ok\n"), run.stdout + run.stderr
+
+
 def test_launch_listens_on_loopback_only():
     def listening_addresses():
         me = psutil.Process()
