@@ -74,7 +74,7 @@ def rank_main(setup, control, output, first_jobs=()):
             inbox.reply(startup_error)
             continue
         inbox.reply(inbox.run_job(lambda: _run(job, namespace)))
-    _stop_process_group()
+    leave_process_group()
 
 
 class Inbox:
@@ -222,8 +222,8 @@ def _start_process_group(setup):
 _GLOO_GROUPS_LEFT_TO_EXIT = []
 
 
-def _stop_process_group():
-    """Leave the default process group before the rank exits."""
+def leave_process_group():
+    """Leave the default process group before the rank exits (see above)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

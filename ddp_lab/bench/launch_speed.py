@@ -25,6 +25,7 @@ import torch.multiprocessing
 
 import ddp_lab
 from ddp_lab.plan import available_cores
+from ddp_lab.rank_process import leave_process_group
 
 
 def trivial_all_reduce():
@@ -52,17 +53,15 @@ def time_mp_spawn(world_size):
     return time.perf_counter() - start
 
 
-_GROUPS_LEFT_TO_EXIT = []  # see time_plain_fork
-
-
 def _forked_rank(rank, world_size, port, results, skip_gloo_teardown):
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, world_size, rank == 0)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     results.send(trivial_all_reduce())
     if skip_gloo_teardown:
-        _GROUPS_LEFT_TO_EXIT.append(dist.group.WORLD)
-    dist.destroy_process_group()
+        leave_process_group()  # as ddp_lab's ranks leave it
+    else:
+        dist.destroy_process_group()
 
 
 def time_plain_fork(world_size, skip_gloo_teardown=False):
