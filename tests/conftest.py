@@ -1,24 +1,13 @@
 """Shared fixtures: every test leaves no rank process behind.
 
-Before anything imports torch, pin the CPU's float kernels, as the book build
-does (``REPRODUCIBLE_NUMERICS`` in book/_ext/book_html.py explains why): the
-kernels nbval starts inherit them, and the training numbers the notebooks
-print come out the same on any x86 machine with AVX2.
+(The float kernels are pinned for every test and notebook by the conftest.py
+at the repository root.)
 """
 
-import os
-import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "book" / "_ext"))
-from book_html import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports sphinx, not torch)
-
-for _name, _value in REPRODUCIBLE_NUMERICS.items():
-    os.environ.setdefault(_name, _value)
 
 
 def rank_processes():
