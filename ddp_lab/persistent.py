@@ -152,7 +152,7 @@ class Ranks:
 
 
 @atexit.register
-def _stop_all_ranks():
-    # Without this, Python would wait forever at exit for ranks left running.
+def stop_all_ranks():
+    """Stop every ``Ranks`` still running (at exit: Python would wait for them for ever)."""
     for ranks in list(_running):
         ranks._abandon()

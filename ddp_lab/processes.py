@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.connection import wait
 
+from .kernel_shutdown import stop_helpers_with_the_kernel
 from .output import RankOutput
 from .plan import loopback_interface
 from .rank_env import torchrun_environment
@@ -92,6 +93,7 @@ def start_forkserver():
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+        stop_helpers_with_the_kernel()
 
 
 class RankProcesses:
@@ -111,6 +113,7 @@ class RankProcesses:
         except BaseException:
             self.kill()
             raise
+        stop_helpers_with_the_kernel()
 
     def _setup(self, rank, source_lines):
         plan = self.plan

@@ -1,0 +1,101 @@
+"""Let a Jupyter kernel that launched ranks shut down at once.
+
+A launch leaves two helper processes behind, children of the kernel, which
+multiprocessing started: the forkserver (see ``processes``) and the
+*resource tracker* (it frees shared memory and semaphores that a crashed
+process leaves). Both stay until the kernel exits, then leave by themselves.
+
+ipykernel (6.9 and later), asked to shut down or restart, first stops every
+child in its process group: it sends SIGTERM and looks again after 0.01,
+0.03, 0.1, 0.3, 1, 3 and 10 s, then does the same with SIGKILL. That goes
+badly with these two. The resource tracker ignores SIGTERM, so it outlives
+the first 14 seconds. And a process that has exited stays in the process
+table, a *zombie*, until its parent collects its exit status with
+``waitpid``, which the kernel never does: it waited 29 s, every time, for
+two processes that were already dead.
+
+So in a kernel, ddp_lab stops both helpers itself at the moment the kernel
+is told to shut down, before ipykernel looks for children: it stops ranks
+still running (as exit would), ends the forkserver, closes the pipe the
+tracker watches, and collects both with ``waitpid``. The kernel then finds
+no children and exits at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+_watched_shells = set()
+
+
+def stop_helpers_with_the_kernel():
+    """In a Jupyter kernel, stop the helpers when the kernel shuts down."""
+    shell = _kernel_shell()
+    if shell is None or id(shell) in _watched_shells:
+        return
+    _watched_shells.add(id(shell))
+    # ipykernel sets exit_now first thing when asked to shut down.
+    shell.observe(_stop_helpers, names="exit_now")
+
+
+def _stop_helpers(change):
+    if not change["new"]:
+        return
+    from multiprocessing import forkserver, resource_tracker
+
+    from .persistent import stop_all_ranks
+
+    stop_all_ranks()  # what exit would do anyway; ranks keep the tracker's pipe open
+    _end_forkserver(getattr(forkserver, "_forkserver", None))
+    _end_resource_tracker(getattr(resource_tracker, "_resource_tracker", None))
+
+
+# Both helpers are multiprocessing's; their pids and _stop() methods (which
+# its own tests use: close the helper's pipe, then waitpid) are private, so
+# any surprise from another Python version leaves the job to ipykernel.
+
+def _end_forkserver(server):
+    """End the forkserver now: it holds nothing but the torch it imported,
+    and left to exit by itself it would spend most of a second tearing that down."""
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        server._stop()
+    except Exception:
+        pass
+
+
+def _end_resource_tracker(tracker, grace=1.0):
+    """Let the tracker exit by itself (it first frees what was left), and kill
+    it if that takes longer than ``grace`` seconds: a rank still alive, say a
+    launch running in another thread, would keep its pipe open for ever."""
+    pid = getattr(tracker, "_pid", None)
+    if pid is None:
+        return
+    stopping = threading.Thread(target=_quietly, args=(tracker._stop,), daemon=True)
+    stopping.start()
+    stopping.join(grace)
+    if stopping.is_alive():
+        _quietly(os.kill, pid, signal.SIGKILL)
+        stopping.join(grace)
+
+
+def _quietly(fn, *args):
+    try:
+        fn(*args)
+    except Exception:
+        pass
+
+
+def _kernel_shell():
+    """The IPython shell if this process is a Jupyter kernel, else None."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return shell if getattr(shell, "kernel", None) is not None else None

@@ -1,0 +1,106 @@
+"""A Jupyter kernel that launched ranks shuts down at once and leaves nothing.
+
+Without ddp_lab.kernel_shutdown, ipykernel waits 14 s (persistent ranks or
+not) to 29 s for the forkserver and resource tracker it cannot collect.
+"""
+
+import json
+import os
+import time
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+HELPER_PIDS = (
+    "from multiprocessing import forkserver, resource_tracker\n"
+    "print(json.dumps([forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid]))"
+)
+# ipykernel's own wait is 14 s or 29 s; a clean shutdown takes about one.
+PROMPT_SHUTDOWN = 10.0
+
+
+def run_in_kernel(kernel_client, code):
+    printed = []
+
+    def keep(message):
+        if message["msg_type"] == "stream":
+            printed.append(message["content"]["text"])
+
+    reply = kernel_client.execute_interactive(code, timeout=60, output_hook=keep)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return "".join(printed)
+
+
+def running(pid):
+    """True while pid exists and has not exited (a zombie has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def descendants(pid):
+    """Every process below pid: helpers and ranks (found through /proc)."""
+    parent_of = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent_of[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError):
+            continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parent_of.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def shut_down(manager):
+    start = time.monotonic()
+    manager.request_shutdown()
+    while manager.is_alive() and time.monotonic() - start < 60:
+        time.sleep(0.02)
+    seconds = time.monotonic() - start
+    manager.shutdown_kernel(now=True)  # no-op when gone; cleans up the connection files
+    return seconds
+
+
+def wait_until_gone(pids, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if running(p)]
+
+
+@pytest.fixture
+def kernel():
+    manager, client = start_new_kernel()
+    run_in_kernel(client, "import json, threading, time, ddp_lab\n"
+                          "def one():\n    return 1\n"
+                          "def slow():\n    time.sleep(30)\n    return 1")
+    yield manager, client
+    client.stop_channels()
+    if manager.is_alive():
+        manager.shutdown_kernel(now=True)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self"), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("cell", [
+    "ddp_lab.launch(one, 4)",
+    "ranks = ddp_lab.Ranks(2).start()",
+    "threading.Thread(target=ddp_lab.launch, args=(slow, 2), daemon=True).start()\n"
+    "time.sleep(4)",  # the shutdown arrives while a launch is still running
+], ids=["after-a-launch", "persistent-ranks-running", "launch-in-flight"])
+def test_the_kernel_shuts_down_promptly_and_leaves_no_process(kernel, cell):
+    manager, client = kernel
+    run_in_kernel(client, cell)
+    helpers = json.loads(run_in_kernel(client, HELPER_PIDS))
+    started = descendants(manager.provisioner.process.pid)
+    assert set(helpers) <= set(started)
+
+    seconds = shut_down(manager)
+
+    assert seconds < PROMPT_SHUTDOWN, f"the kernel took {seconds:.1f} s to exit"
+    assert wait_until_gone(started) == []
