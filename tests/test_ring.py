@@ -1,5 +1,7 @@
 """The book's ring all-reduce against torch's, on real gloo ranks."""
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -99,3 +101,33 @@ def test_tracing_keeps_only_a_preview_of_big_chunks():
 
     previews, sizes = ddp_lab.launch(work, 2, backend="gloo")[0]
     assert previews == [3, 3] and sizes == [500, 500]
+
+
+class SlowOnRank1(Trace):
+    """A trace that makes rank 1 fall behind its neighbours at every step."""
+
+    def record(self, *args, **kwargs):
+        if dist.get_rank() == 1:
+            time.sleep(0.05)
+        super().record(*args, **kwargs)
+
+
+def snapshots_that_disagree_with_their_contributions():
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    inputs = [torch.arange(8.0) * 10 ** j for j in range(world_size)]  # every rank's input
+    trace = SlowOnRank1()
+    ring_all_reduce(inputs[rank].clone(), trace=trace)
+    wrong = []
+    for step, snapshot in enumerate(trace.steps):
+        for chunk, (values, count) in enumerate(zip(snapshot.chunks, snapshot.contributions)):
+            # a partial sum holds the inputs of this rank and the `count - 1` ranks to its left
+            expected = sum(inputs[(rank - j) % world_size].tensor_split(world_size)[chunk]
+                           for j in range(count))
+            if not torch.equal(values, expected[: values.numel()]):
+                wrong.append((step, chunk))
+    return wrong
+
+
+def test_a_lagging_rank_never_records_data_before_the_step_that_brings_it():
+    assert ddp_lab.launch(snapshots_that_disagree_with_their_contributions, 4,
+                          backend="gloo") == [[]] * 4

@@ -10,6 +10,7 @@ machine load::
 Timing follows nccl-tests: after warm-up, every rank times a loop of calls
 between two barriers; the slowest rank's time per call counts (a collective
 is done when its last rank is done); the median of a few such loops is kept.
+Loops are sized by time, not by count, and the implementations take turns.
 """
 
 from __future__ import annotations
@@ -43,41 +44,76 @@ def ring_traced(tensor):
 CALLS = {"builtin": builtin, "ring": ring, "ring+trace": ring_traced}
 
 
-def seconds_per_call(call, tensor, iterations, trials):
-    """Median over ``trials`` of the slowest rank's mean time per call."""
-    call(tensor)  # warm-up: connections, allocations
-    results = []
-    for _ in range(trials):
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(iterations):
-            call(tensor)
-        elapsed = torch.tensor([(time.perf_counter() - start) / iterations], dtype=torch.float64)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        results.append(elapsed.item())
-    return statistics.median(results)
+# Each timed loop runs for about TRIAL_SECONDS, however long one call takes:
+# with 4 ranks on 2 cores a single 1 MiB all-reduce takes anywhere from 1.3 to
+# 17 ms (whichever rank the scheduler runs next), so a loop of a fixed four
+# calls gave ratios that swung from 0.5x to 1.5x between runs.
+TRIAL_SECONDS = 0.1
+TRIALS = 7
+MAX_ITERATIONS = 200
 
 
-def measure_on_rank(sizes, implementations, device="cpu"):
-    """Run inside each rank: [(bytes, {implementation: seconds})] for each size."""
+def seconds_per_call(call, tensor, iterations):
+    """The slowest rank's mean time per call over one loop of ``iterations`` calls."""
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        call(tensor)
+    if tensor.is_cuda:
+        torch.cuda.synchronize()  # GPU collectives return before they are done
+    elapsed = torch.tensor([(time.perf_counter() - start) / iterations], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return elapsed.item()
+
+
+def iterations_for(call, tensor, trial_seconds):
+    """Warm up (connections, allocations), then size a loop to last ``trial_seconds``.
+
+    Every rank gets the same number, computed from the slowest rank's time:
+    ranks that disagreed on it would wait for each other's missing calls for ever.
+    """
+    call(tensor)
+    one_call = seconds_per_call(call, tensor, 3)
+    return max(1, min(MAX_ITERATIONS, round(trial_seconds / one_call)))
+
+
+def measure_on_rank(sizes, implementations, trial_seconds=TRIAL_SECONDS, trials=TRIALS):
+    """Run inside each rank: [(bytes, {implementation: seconds})] for each size.
+
+    Tensors live where the backend wants them: on the rank's GPU for nccl.
+
+    The implementations take turns, trial by trial, so a slow moment of the
+    machine hits all of them alike; each keeps the median of its trials.
+    """
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
     rows = []
     for nbytes in sizes:
         tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-        iterations = max(1, min(50, (4 << 20) // max(nbytes, 1)))
-        trials = 5 if nbytes <= (16 << 20) else 3
-        times = {name: seconds_per_call(CALLS[name], tensor, iterations, trials)
-                 for name in implementations}
-        rows.append((nbytes, times))
+        iterations = {name: iterations_for(CALLS[name], tensor, trial_seconds) for name in implementations}
+        samples = {name: [] for name in implementations}
+        for _ in range(trials):
+            for name in implementations:
+                samples[name].append(seconds_per_call(CALLS[name], tensor, iterations[name]))
+        rows.append((nbytes, {name: statistics.median(times) for name, times in samples.items()}))
     return rows
 
 
-def measure(world_size=4, sizes=None, implementations=("builtin", "ring"), backend="auto", timeout=600):
-    """Measure on ``world_size`` fresh ranks; return a list of result rows (dicts)."""
+def measure(world_size=4, sizes=None, implementations=("builtin", "ring"), backend="auto", timeout=600,
+            trial_seconds=TRIAL_SECONDS, trials=TRIALS):
+    """Measure on ``world_size`` fresh ranks; return a list of result rows (dicts).
+
+    Each size costs about ``trials x len(implementations) x trial_seconds``:
+    fewer or shorter trials are quicker and noisier.
+    """
     sizes = sizes or default_sizes()
     unknown = set(implementations) - set(IMPLEMENTATIONS)
     if unknown:
         raise ValueError(f"unknown implementations {sorted(unknown)}: use {IMPLEMENTATIONS}")
-    rows = ddp_lab.launch(measure_on_rank, world_size, args=(sizes, tuple(implementations)),
+    if trials < 1 or trial_seconds <= 0:
+        raise ValueError(f"trials must be >= 1 and trial_seconds > 0, got trials={trials}, "
+                         f"trial_seconds={trial_seconds}")
+    rows = ddp_lab.launch(measure_on_rank, world_size,
+                          args=(sizes, tuple(implementations), trial_seconds, trials),
                           backend=backend, timeout=timeout)[0]
     factor = bus_factor("all_reduce", world_size)
     table = []
