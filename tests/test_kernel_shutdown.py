@@ -77,9 +77,11 @@ def wait_until_gone(pids, seconds=10.0):
 @pytest.fixture
 def kernel():
     manager, client = start_new_kernel()
-    run_in_kernel(client, "import json, threading, time, ddp_lab\n"
+    run_in_kernel(client, "import glob, json, os, tempfile, threading, time, ddp_lab\n"
                           "def one():\n    return 1\n"
-                          "def slow():\n    time.sleep(30)\n    return 1")
+                          "def slow(folder):\n"
+                          "    open(os.path.join(folder, os.environ['RANK']), 'w').close()\n"
+                          "    time.sleep(30)")
     yield manager, client
     client.stop_channels()
     if manager.is_alive():
@@ -90,8 +92,10 @@ def kernel():
 @pytest.mark.parametrize("cell", [
     "ddp_lab.launch(one, 4)",
     "ranks = ddp_lab.Ranks(2).start()",
-    "threading.Thread(target=ddp_lab.launch, args=(slow, 2), daemon=True).start()\n"
-    "time.sleep(4)",  # the shutdown arrives while a launch is still running
+    # The shutdown arrives while both ranks of a launch are still running.
+    "folder = tempfile.mkdtemp()\n"
+    "threading.Thread(target=ddp_lab.launch, args=(slow, 2), kwargs={'args': (folder,)}, daemon=True).start()\n"
+    "while len(os.listdir(folder)) < 2:\n    time.sleep(0.02)",
 ], ids=["after-a-launch", "persistent-ranks-running", "launch-in-flight"])
 def test_the_kernel_shuts_down_promptly_and_leaves_no_process(kernel, cell):
     manager, client = kernel
