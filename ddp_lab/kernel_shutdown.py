@@ -62,11 +62,8 @@ def _end_forkserver(server):
     pid = getattr(server, "_forkserver_pid", None)
     if pid is None:
         return
-    try:
-        os.kill(pid, signal.SIGTERM)
-        server._stop()
-    except Exception:
-        pass
+    _quietly(os.kill, pid, signal.SIGTERM)
+    _quietly(server._stop)  # closes its pipe, collects it
 
 
 def _end_resource_tracker(tracker, grace=1.0):
