@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 
 _watched_shells = set()
@@ -89,10 +90,11 @@ def _quietly(fn, *args):
 
 
 def _kernel_shell():
-    """The IPython shell if this process is a Jupyter kernel, else None."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    shell = get_ipython()
+    """The IPython shell if this process is a Jupyter kernel, else None.
+
+    Looked up, not imported: a script that never loaded IPython is no kernel,
+    and importing it just to find out would slow its first launch.
+    """
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
     return shell if getattr(shell, "kernel", None) is not None else None

@@ -75,6 +75,7 @@ def forkserver_context():
     """The multiprocessing context ranks are started from (see module doc)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")  # Windows
+    stop_helpers_with_the_kernel()  # the forkserver is the kernel's child: see kernel_shutdown
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "ddp_lab.rank_process"])
     return context
@@ -93,7 +94,6 @@ def start_forkserver():
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
-        stop_helpers_with_the_kernel()
 
 
 class RankProcesses:
@@ -113,7 +113,6 @@ class RankProcesses:
         except BaseException:
             self.kill()
             raise
-        stop_helpers_with_the_kernel()
 
     def _setup(self, rank, source_lines):
         plan = self.plan

@@ -16,12 +16,12 @@ Loops are sized by time, not by count, and the implementations take turns.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
 import ddp_lab
+from ddp_lab.bench.collectives import slowest_rank_seconds
 from ddp_lab.cost import bus_factor
 from ddp_lab.ring import ring_all_reduce
 from ddp_lab.trace import Trace
@@ -55,15 +55,13 @@ MAX_ITERATIONS = 200
 
 def seconds_per_call(call, tensor, iterations):
     """The slowest rank's mean time per call over one loop of ``iterations`` calls."""
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        call(tensor)
-    if tensor.is_cuda:
-        torch.cuda.synchronize()  # GPU collectives return before they are done
-    elapsed = torch.tensor([(time.perf_counter() - start) / iterations], dtype=torch.float64)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-    return elapsed.item()
+    def loop():
+        for _ in range(iterations):
+            call(tensor)
+        if tensor.is_cuda:
+            torch.cuda.synchronize()  # GPU collectives return before they are done
+
+    return slowest_rank_seconds(loop, repeats=1, warmup=0)[0] / iterations
 
 
 def iterations_for(call, tensor, trial_seconds):
