@@ -19,10 +19,18 @@ is told to shut down, before ipykernel looks for children: it stops ranks
 still running (as exit would), ends the forkserver, closes the pipe the
 tracker watches, and collects both with ``waitpid``. The kernel then finds
 no children and exits at once.
+
+Exit itself is quicker too. As Python shuts down, its garbage collector walks
+every object still alive, several times; in a kernel that imported torch
+that is over a million objects and most of a second. None of them can be
+garbage worth finding at that point (the operating system takes the memory
+back), so the kernel's objects are frozen out of the collector's sight
+(``gc.freeze()``) once it is told to shut down: 1.0 s to exit becomes 0.2 s.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -51,6 +59,7 @@ def _stop_helpers(change):
     stop_all_ranks()  # what exit would do anyway; ranks keep the tracker's pipe open
     _end_forkserver(getattr(forkserver, "_forkserver", None))
     _end_resource_tracker(getattr(resource_tracker, "_resource_tracker", None))
+    gc.freeze()  # the kernel exits next: see the module doc
 
 
 # Both helpers are multiprocessing's; their pids and _stop() methods (which

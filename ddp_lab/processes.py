@@ -77,7 +77,7 @@ def forkserver_context():
         return multiprocessing.get_context("spawn")  # Windows
     stop_helpers_with_the_kernel()  # the forkserver is the kernel's child: see kernel_shutdown
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "ddp_lab.rank_process"])
+    context.set_forkserver_preload(["ddp_lab.forkserver_preload"])
     return context
 
 

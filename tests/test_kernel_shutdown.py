@@ -5,6 +5,8 @@ the resource tracker, two children it never collects.
 """
 
 import json
+import subprocess
+import sys
 import time
 
 import psutil
@@ -59,6 +61,18 @@ def wait_until_gone(pids, seconds=10.0):
     while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     return [p for p in pids if running(p)]
+
+
+def test_a_kernel_told_to_shut_down_freezes_its_objects_so_exit_skips_collecting_them():
+    # What ddp_lab does when the shell's exit_now turns True, in a fresh Python.
+    code = ("import gc, torch\n"
+            "from ddp_lab.kernel_shutdown import _stop_helpers\n"
+            "before = gc.get_freeze_count()\n"
+            "_stop_helpers({'new': True})\n"
+            "print(before, gc.get_freeze_count())")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    before, after = map(int, run.stdout.split())
+    assert before == 0 and after > 100_000, run.stdout + run.stderr
 
 
 @pytest.fixture

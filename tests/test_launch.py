@@ -116,6 +116,20 @@ def test_ranks_are_not_forked_from_the_caller():
     assert psutil.Process(parents[0]).ppid() == os.getpid()
 
 
+def garbage_collector_state():
+    import gc
+
+    return gc.isenabled(), gc.get_freeze_count()
+
+
+def test_ranks_inherit_torch_frozen_out_of_the_garbage_collectors_walks():
+    # ddp_lab.forkserver_preload imports torch with the collector off, then
+    # freezes what it made; ranks collect their own garbage as usual.
+    for enabled, frozen in ddp_lab.launch(garbage_collector_state, 2):
+        assert enabled
+        assert frozen > 100_000, f"only {frozen} objects frozen: torch was not preloaded frozen"
+
+
 def test_start_forkserver_gets_the_first_launch_ready_in_the_background(tmp_path):
     # In a fresh Python, so that no forkserver runs yet.
     script = tmp_path / "warm.py"
