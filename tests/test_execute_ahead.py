@@ -1,7 +1,8 @@
-"""book/_ext/execute_ahead.py: the listed notebooks run two at a time, into
-myst-nb's cache, and a notebook that fails there is left to myst-nb.
+"""book/_ext/execute_ahead.py: notebooks run two at a time into myst-nb's
+cache, a cell tagged measures-time runs with no other cell beside it, and a
+notebook that fails there is left to myst-nb.
 
-A real Sphinx build of a small project with real kernels.
+Real Sphinx builds of a small project, with real kernels.
 """
 
 import subprocess
@@ -10,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import nbformat
+import pytest
 
 EXTENSIONS = Path(__file__).resolve().parents[1] / "book" / "_ext"
 WAIT = 60  # seconds a notebook waits for its partner: ample when both run at once
@@ -26,11 +28,23 @@ MEET = textwrap.dedent("""
         time.sleep(0.05)
     print("{me} met {other}")
 """)
+# Keeps the cell that met the other notebook running for 2 s more, noting the time.
+BUSY = textwrap.dedent("""
+    with open("busy.times", "w") as times:
+        start = time.time()
+        while time.time() < start + 2:
+            times.write(f"{time.time()}\\n")
+            time.sleep(0.01)
+""")
+# A timing cell: when did it run?
+TIMED = 'start = time.time(); time.sleep(0.5); open("timed.times", "w").write(f"{start} {time.time()}")'
 
 
-def notebook(folder, name, code):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# {name}"),
-                                          nbformat.v4.new_code_cell(code)])
+def notebook(folder, name, *cells):
+    """cells: code, or (code, tags)."""
+    code_cells = [nbformat.v4.new_code_cell(c) if isinstance(c, str)
+                  else nbformat.v4.new_code_cell(c[0], metadata={"tags": c[1]}) for c in cells]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# {name}"), *code_cells])
     nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, folder / f"{name}.ipynb")
 
@@ -42,36 +56,53 @@ def build(folder, *options):
         extensions = ["myst_nb", "execute_ahead"]
         nb_execution_mode = "cache"
         nb_execution_timeout = {WAIT + 30}
-        execute_ahead_notebooks = ["first", "second", "broken"]
     """))
-    (folder / "index.md").write_text("# Test\n\n```{toctree}\nfirst\nsecond\nbroken\nalone\n```\n")
+    pages = "\n".join(sorted(path.stem for path in folder.glob("*.ipynb")))
+    (folder / "index.md").write_text(f"# Test\n\n```{{toctree}}\n{pages}\n```\n")
     out = folder.parent / "out"  # outside the sources, so that Sphinx does not read the cache as pages
     run = subprocess.run([sys.executable, "-m", "sphinx", *options, "-b", "html", str(folder), str(out / "html")],
                          capture_output=True, text=True, timeout=300)
     return run.stdout + run.stderr
 
 
-def test_listed_notebooks_run_side_by_side_into_the_cache_and_failures_are_left_to_myst_nb(tmp_path):
-    source = tmp_path / "source"
+@pytest.fixture(scope="module")
+def book(tmp_path_factory):
+    """A book of three notebooks, built once: (source folder, build log)."""
+    source = tmp_path_factory.mktemp("book") / "source"
     source.mkdir()
-    notebook(source, "first", MEET.format(me="first", other="second", wait=WAIT))
-    notebook(source, "second", MEET.format(me="second", other="first", wait=WAIT))
+    notebook(source, "a_busy", MEET.format(me="a_busy", other="b_timed", wait=WAIT) + BUSY)
+    notebook(source, "b_timed", MEET.format(me="b_timed", other="a_busy", wait=WAIT), (TIMED, ["measures-time"]))
     notebook(source, "broken", "raise ValueError('on purpose')")
-    notebook(source, "alone", "print('not listed')")
+    return source, build(source)
 
-    log = build(source)
 
+def test_notebooks_run_side_by_side_into_myst_nbs_cache(book):
+    source, log = book
     assert "executing 3 notebooks ahead, 2 at a time" in log, log
-    for name in ("first", "second"):
+    for name in ("a_busy", "b_timed"):
         assert f"{name}.ipynb: executed ahead" in log, log
         assert f"{name}.ipynb: Using cached notebook" in log, log  # myst-nb did not run it again
-    assert "first met second" in (tmp_path / "out" / "html" / "first.html").read_text()
+    assert "a_busy met b_timed" in (source.parent / "out" / "html" / "a_busy.html").read_text()
+
+
+def test_a_cell_tagged_measures_time_runs_with_no_other_cell_beside_it(book):
+    source, _ = book
+    start, end = map(float, (source / "timed.times").read_text().split())
+    busy = [float(line) for line in (source / "busy.times").read_text().split()]
+    beside = [t for t in busy if start <= t <= end]
+    assert beside == [], f"the other notebook ran {len(beside)} times during the timing cell"
+    assert busy[0] < start  # the busy cell was running when the timing cell asked for the machine
+
+
+def test_a_notebook_that_fails_ahead_is_left_to_myst_nb(book):
+    _, log = book
     assert "broken.ipynb: failed ahead (CellExecutionError)" in log, log
     assert "broken.ipynb: WARNING: Executing notebook failed" in log, log  # myst-nb ran it and reported it
-    assert "alone.ipynb: executed ahead" not in log
-    assert "alone.ipynb: Executed notebook" in log, log
 
-    log = build(source, "-E")  # every page read again: only the notebook that failed runs again
-    for name in ("first", "second", "alone"):
+
+def test_a_rebuild_executes_only_what_is_not_cached(book):
+    source, _ = book
+    log = build(source, "-E")  # every page read again
+    for name in ("a_busy", "b_timed"):
         assert f"{name}.ipynb: executed ahead" not in log and f"{name}.ipynb: Executed" not in log, log
-    assert "broken.ipynb: failed ahead" in log, log
+    assert "executing 1 notebooks ahead" in log and "broken.ipynb: failed ahead" in log, log

@@ -3,17 +3,18 @@
 myst-nb executes notebooks one after the other, as Sphinx reads them. On a
 machine with two cores that leaves one idle much of the time: a kernel
 starting, a notebook importing torch, ranks waiting for each other all keep a
-single core busy. So, before Sphinx reads anything, this extension executes the
-notebooks listed in ``execute_ahead_notebooks`` (``_config.yml``) two at a time
-(``execute_ahead_jobs``), exactly as myst-nb would: same working folder,
-timeout and error policy, and the results go into the same jupyter-cache. When
-Sphinx then reads those notebooks, myst-nb finds them in the cache and moves
-on; the notebooks not listed it executes itself, one at a time, as before.
+single core busy. So, before Sphinx reads anything, this extension executes
+the notebooks it is about to read two at a time (``execute_ahead_jobs`` in
+``_config.yml``), exactly as myst-nb would: same working folder, timeout and
+error policy, and the results go into the same jupyter-cache. When Sphinx
+then reads them, myst-nb finds them in the cache and moves on.
 
-Only notebooks that measure no time may be listed: a benchmark sharing the
-machine with another notebook would print slower figures than the machine
-gives. The list is in order of execution; longest first keeps both workers
-busy to the end.
+Cells that measure time are tagged ``measures-time``, and each runs with the
+machine to itself: a benchmark sharing the cores with another notebook would
+print slower figures than the machine gives. ``MachineTurns`` arranges this.
+Ordinary cells, and kernels starting or stopping, share the machine; a
+timing cell waits until the other notebook's cell in progress has finished,
+and that notebook waits before its next cell until the timing cell is done.
 
 A notebook that fails here is simply not cached, so myst-nb executes it again
 on its own and reports the failure the usual way, traceback and all. A port
@@ -22,6 +23,7 @@ taken by the notebook running beside it, say, costs time and nothing else.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -35,23 +37,98 @@ from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
 
+TIMING_TAG = "measures-time"
+
+
+class MachineTurns:
+    """Any number of notebooks share the machine, or one timing cell has it alone.
+
+    A readers-writer lock: sharers are readers, a timing cell is the writer.
+    Once a timing cell waits, no new sharer starts, so it is never starved.
+    """
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._sharing = 0
+        self._alone = False
+        self._waiting_alone = 0
+
+    def share(self):
+        with self._changed:
+            self._changed.wait_for(lambda: not self._alone and not self._waiting_alone)
+            self._sharing += 1
+
+    def stop_sharing(self):
+        with self._changed:
+            self._sharing -= 1
+            self._changed.notify_all()
+
+    def alone(self):
+        with self._changed:
+            self._waiting_alone += 1
+            self._changed.wait_for(lambda: not self._alone and self._sharing == 0)
+            self._waiting_alone -= 1
+            self._alone = True
+
+    def stop_alone(self):
+        with self._changed:
+            self._alone = False
+            self._changed.notify_all()
+
+
+class NotebookTurns:
+    """One notebook's turns, taken in nbclient's cell hooks.
+
+    The notebook shares the machine from the moment its kernel starts until it
+    has stopped, except while one of its timing cells has the machine alone.
+    Before each cell it gives its share up and takes it again, which is where
+    a timing cell of the other notebook gets in.
+    """
+
+    def __init__(self, machine):
+        self.machine = machine
+        self.held = None  # None, "share" or "alone"
+
+    def take(self, alone):
+        self.release()
+        if alone:
+            self.machine.alone()
+        else:
+            self.machine.share()
+        self.held = "alone" if alone else "share"
+
+    def release(self):
+        if self.held == "share":
+            self.machine.stop_sharing()
+        elif self.held == "alone":
+            self.machine.stop_alone()
+        self.held = None
+
+    def on_cell_execute(self, cell, cell_index):
+        self.take(alone=TIMING_TAG in cell.metadata.get("tags", []))
+
+    def on_cell_executed(self, cell, cell_index, execute_reply):
+        if self.held == "alone":
+            self.take(alone=False)
+
 
 def execute_ahead(app: Sphinx, env, docnames):
-    """Sphinx's env-before-read-docs: execute the listed notebooks about to be read."""
-    config, nb_config = app.config, env.mystnb_config  # myst-nb's, with the cache's path resolved
-    if nb_config.execution_mode != "cache" or config.execute_ahead_jobs < 2:
+    """Sphinx's env-before-read-docs: execute the notebooks about to be read."""
+    nb_config = env.mystnb_config  # myst-nb's, with the cache's path resolved
+    jobs = app.config.execute_ahead_jobs
+    if nb_config.execution_mode != "cache" or jobs < 2:
         return
     cache = get_cache(nb_config.execution_cache_path)
-    to_read = set(docnames)
-    paths = [Path(env.doc2path(name)) for name in config.execute_ahead_notebooks if name in to_read]
+    paths = [Path(env.doc2path(name)) for name in sorted(docnames)]
     notebooks = [(path, nbformat.read(path, as_version=4)) for path in paths if path.suffix == ".ipynb"]
     notebooks = [(path, nb) for path, nb in notebooks if not _in_cache(cache, nb)]
     if not notebooks:
         return
-    logger.info(f"executing {len(notebooks)} notebooks ahead, {config.execute_ahead_jobs} at a time")
+    logger.info(f"executing {len(notebooks)} notebooks ahead, {jobs} at a time")
     started = time.perf_counter()
-    with ThreadPoolExecutor(config.execute_ahead_jobs) as pool:
-        runs = {pool.submit(_execute, path, nb, nb_config): path for path, nb in notebooks}
+    machine = MachineTurns()
+    with ThreadPoolExecutor(jobs) as pool:
+        runs = {pool.submit(_execute, path, nb, nb_config, machine): path for path, nb in notebooks}
         for run in as_completed(runs):
             _store(cache, runs[run], run)  # the cache is written from this thread only
     logger.info(f"executed {len(notebooks)} notebooks ahead in {time.perf_counter() - started:.1f} s")
@@ -65,15 +142,22 @@ def _in_cache(cache, nb):
     return True
 
 
-def _execute(path, nb, nb_config):
+def _execute(path, nb, nb_config, machine):
     """Run one notebook in its own folder, as myst-nb's cache mode does."""
-    return single_nb_execution(
-        nb,
-        cwd=str(path.parent.resolve()),
-        timeout=nb_config.execution_timeout,
-        allow_errors=nb_config.execution_allow_errors,
-        meta_override=True,
-    )
+    turns = NotebookTurns(machine)
+    turns.take(alone=False)  # for the kernel's start
+    try:
+        return single_nb_execution(
+            nb,
+            cwd=str(path.parent.resolve()),
+            timeout=nb_config.execution_timeout,
+            allow_errors=nb_config.execution_allow_errors,
+            meta_override=True,
+            on_cell_execute=turns.on_cell_execute,
+            on_cell_executed=turns.on_cell_executed,
+        )
+    finally:
+        turns.release()  # after the kernel stopped, or when a cell failed
 
 
 def _store(cache, path, run):
@@ -94,7 +178,6 @@ def _store(cache, path, run):
 
 
 def setup(app: Sphinx):
-    app.add_config_value("execute_ahead_notebooks", [], "env", types=[list])
     app.add_config_value("execute_ahead_jobs", 2, "env", types=[int])
     app.connect("env-before-read-docs", execute_ahead)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
