@@ -6,10 +6,10 @@ rank it forks later gets these modules for free, already in memory.
 Two lines around the imports follow the recipe in the documentation of
 Python's ``gc`` module for a process that forks without exec:
 
-- ``gc.disable()`` while importing. torch and ``torch._dynamo`` create over a
-  million Python objects, and the cyclic garbage collector would walk them
-  again and again while they are made, though none of them is garbage: this
-  alone takes a third of the import's time.
+- ``gc.disable()`` while importing. torch and ``torch._dynamo`` create about
+  370,000 objects the cyclic garbage collector tracks, and it would walk them
+  again and again while they are made, though none of them is garbage: that
+  alone takes about a quarter of the import's time.
 - ``gc.freeze()`` once they are all made. It moves every object into a
   permanent generation that collections never walk. The ranks forked later
   inherit that generation, so their own collections skip torch's objects, and

@@ -22,7 +22,7 @@ no children and exits at once.
 
 Exit itself is quicker too. As Python shuts down, its garbage collector walks
 every object still alive, several times; in a kernel that imported torch
-that is over a million objects and most of a second. None of them can be
+that is a few hundred thousand objects and most of a second. None of them can be
 garbage worth finding at that point (the operating system takes the memory
 back), so the kernel's objects are frozen out of the collector's sight
 (``gc.freeze()``) once it is told to shut down: 1.0 s to exit becomes 0.2 s.
