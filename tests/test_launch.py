@@ -134,17 +134,26 @@ def test_start_forkserver_gets_the_first_launch_ready_in_the_background(tmp_path
     # In a fresh Python, so that no forkserver runs yet.
     script = tmp_path / "warm.py"
     script.write_text(textwrap.dedent("""
-        import os, psutil, ddp_lab
+        import os, time, psutil, ddp_lab
+        from multiprocessing import forkserver
 
-        def helpers():
-            return [p for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())]
+        def helpers(wait=0.0):
+            # A child shows the forkserver's command line only once it has
+            # exec'd, which multiprocessing does not wait for: poll a little.
+            deadline = time.monotonic() + wait
+            while True:
+                found = [p for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())]
+                if found or time.monotonic() > deadline:
+                    return found
+                time.sleep(0.02)
 
         if __name__ == "__main__":
             assert helpers() == []
             ddp_lab.start_forkserver()
-            server = helpers()
+            server = helpers(wait=10.0)
             ddp_lab.start_forkserver()  # already running: nothing new
             assert len(server) == 1 and helpers() == server
+            assert forkserver._forkserver._forkserver_pid == server[0].pid
             parents = ddp_lab.launch(os.getppid, 2)
             assert parents == [server[0].pid] * 2  # the ranks came from it
             print("ok")
