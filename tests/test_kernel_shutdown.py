@@ -78,7 +78,7 @@ def test_a_kernel_told_to_shut_down_freezes_its_objects_so_exit_skips_collecting
 @pytest.fixture
 def kernel():
     manager, client = start_new_kernel()
-    run_in_kernel(client, "import glob, json, os, tempfile, threading, time, ddp_lab\n"
+    run_in_kernel(client, "import json, os, tempfile, threading, time, ddp_lab\n"
                           "def one():\n    return 1\n"
                           "def slow(folder):\n"
                           "    open(os.path.join(folder, os.environ['RANK']), 'w').close()\n"

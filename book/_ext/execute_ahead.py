@@ -161,13 +161,14 @@ def _execute(path, nb, nb_config, machine):
 
 
 def _store(cache, path, run):
-    error = run.exception()  # e.g. a kernel that would not start
-    result = run.result() if error is None else None
-    if error is None:
-        error = result.err  # a cell that raised or timed out
+    """Cache a run the way myst-nb's cache mode does (its own code cannot take
+    the cell hooks above, so these two calls are repeated from it)."""
+    # A kernel that would not start raises; a cell that raised or timed out is in result.err.
+    error = run.exception() or run.result().err
     if error is not None:
         logger.info(f"{path}: failed ahead ({type(error).__name__}); myst-nb will execute it alone")
         return
+    result = run.result()
     record = cache.add_nb_to_project(str(path))
     cache.cache_notebook_bundle(
         CacheBundleIn(result.nb, record.uri, data={"execution_seconds": result.time}),
