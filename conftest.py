@@ -1,9 +1,9 @@
 """Loaded by pytest first, whatever it runs: unit tests, or notebooks alone.
 
 Before anything imports torch, pin the CPU's float kernels, as the book build
-does (``REPRODUCIBLE_NUMERICS`` in book/_ext/book_html.py explains why): the
-kernels nbval starts inherit them, so the training numbers the notebooks
-print come out the same on any x86 machine with AVX2.
+does (book/_ext/reproducible_numerics.py explains why): the kernels nbval
+starts inherit them, so the training numbers the notebooks print come out the
+same on any x86-64 machine, whatever its CPU and its number of cores.
 """
 
 import os
@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "book" / "_ext"))
-from book_html import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports sphinx, not torch)
+from reproducible_numerics import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports nothing)
 
-for _name, _value in REPRODUCIBLE_NUMERICS.items():
-    os.environ.setdefault(_name, _value)
+# Set, not defaulted: an OMP_NUM_THREADS=8 left in the shell would change the
+# float path, and every notebook would differ from its committed outputs.
+os.environ.update(REPRODUCIBLE_NUMERICS)

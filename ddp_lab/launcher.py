@@ -10,8 +10,8 @@
 
 The function may be defined in the notebook itself (closures, lambdas,
 classes and modules from earlier cells included): it is sent to the ranks
-*by value* with cloudpickle. Each rank gets the environment torchrun gives
-(RANK, LOCAL_RANK, WORLD_SIZE, ...) and, unless ``init_process_group=False``,
+*by value* with cloudpickle (see ``ddp_lab.serialize``). Each rank gets the
+environment torchrun gives (RANK, LOCAL_RANK, WORLD_SIZE, ...) and, unless ``init_process_group=False``,
 an initialised default process group. What the ranks print appears in the
 cell, rank by rank; what they return comes back as a list indexed by rank.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import linecache
 import sys
 
-import cloudpickle
+from . import serialize
 
 from .errors import RankDied, RankFailed, RanksTimedOut
 from .output import render_by_rank
@@ -78,7 +78,7 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
         raise
     show(ranks.take_output())
     raise_for(outcome, plan.timeout)
-    return [cloudpickle.loads(outcome.results[rank]) for rank in range(plan.world_size)]
+    return [serialize.loads(outcome.results[rank]) for rank in range(plan.world_size)]
 
 
 def pickle_call(fn, args=(), kwargs=None):
@@ -91,7 +91,7 @@ def pickle_call(fn, args=(), kwargs=None):
     if not isinstance(kwargs, dict):
         raise TypeError(f"kwargs must be a dict, got {type(kwargs).__name__}: {kwargs!r}")
     try:
-        return cloudpickle.dumps((fn, tuple(args), kwargs))
+        return serialize.dumps((fn, tuple(args), kwargs))
     except Exception as error:
         raise _unpicklable_part(fn, args, kwargs) from error
 
@@ -102,7 +102,7 @@ def _unpicklable_part(fn, args, kwargs):
     parts += [(f"kwargs[{key!r}]", value) for key, value in kwargs.items()]
     for label, value in parts:
         try:
-            cloudpickle.dumps(value)
+            serialize.dumps(value)
         except Exception as error:
             return TypeError(
                 f"{label} ({type(value).__name__}) cannot be pickled, so it cannot be "
@@ -153,6 +153,6 @@ def raise_for(outcome, timeout):
 
 def _unpickle_or_none(data):
     try:
-        return cloudpickle.loads(data) if data else None
+        return serialize.loads(data) if data else None
     except Exception:  # e.g. an exception class the notebook cannot import
         return None

@@ -25,8 +25,7 @@ import atexit
 import itertools
 import weakref
 
-import cloudpickle
-
+from . import serialize
 from .launcher import interactive_sources, pickle_call, raise_for, show
 from .plan import DEFAULT_TIMEOUT, make_plan
 from .processes import RankProcesses
@@ -96,12 +95,14 @@ class Ranks:
 
     def run(self, fn, *args, timeout=None, **kwargs):
         """Call ``fn(*args, **kwargs)`` on every rank; return results by rank."""
-        results = self._submit(("call", pickle_call(fn, args, kwargs)), timeout)
-        return [cloudpickle.loads(r) for r in results]
+        # The cells typed since the ranks started go along, for tracebacks.
+        job = ("call", pickle_call(fn, args, kwargs), interactive_sources())
+        results = self._submit(job, timeout)
+        return [serialize.loads(r) for r in results]
 
     def pull(self, *names, timeout=None):
         """Fetch variables from every rank: one value (or tuple) per rank."""
-        results = [cloudpickle.loads(r) for r in self._submit(("pull", names), timeout)]
+        results = [serialize.loads(r) for r in self._submit(("pull", names), timeout)]
         if len(names) == 1:
             return [values[names[0]] for values in results]
         return [tuple(values[n] for n in names) for values in results]

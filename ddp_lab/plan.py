@@ -92,7 +92,21 @@ def cuda_device_count():
 
 
 def threads_per_rank(world_size):
-    """The CPU cores this process may use, shared evenly, at least one each."""
+    """Intra-op threads for each rank when the launch does not say.
+
+    ``OMP_NUM_THREADS`` if it is set, as torchrun does (it passes the
+    variable on to every worker, and sets it to 1 only when it is missing);
+    otherwise the CPU cores this process may use, shared evenly, at least one
+    each. The book's build and tests set ``OMP_NUM_THREADS=1``, so a rank's
+    float sums take the same order on every machine (chapter 10).
+    """
+    configured = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if configured:  # "4,2" (nested OpenMP levels): the first is the intra-op count
+        if not configured.isdigit() or int(configured) < 1:
+            raise ValueError(
+                f"OMP_NUM_THREADS={configured!r} in the environment is not a positive "
+                "whole number of threads: set it to e.g. 1, or unset it to share the cores")
+        return int(configured)
     return max(1, available_cores() // world_size)
 
 

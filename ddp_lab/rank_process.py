@@ -31,7 +31,7 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-import cloudpickle
+from . import serialize
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,7 @@ def rank_main(setup, control, output, first_jobs=()):
     os.environ.clear()  # the notebook's environment now, not the forkserver's
     os.environ.update(setup.env)
     _use_threads(setup.threads)
-    for filename, lines in setup.source_lines.items():
-        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+    _remember_sources(setup.source_lines)
 
     inbox = Inbox(control)
     for job in first_jobs:
@@ -127,7 +126,8 @@ def _run(job, namespace):
     kind = job[0]
     try:
         if kind == "call":
-            fn, args, kwargs = cloudpickle.loads(job[1])
+            _remember_sources(job[2] if len(job) > 2 else {})
+            fn, args, kwargs = serialize.loads(job[1])
             result = fn(*args, **kwargs)
         elif kind == "exec":
             result = _execute_cell(job[1], job[2], namespace)
@@ -138,12 +138,18 @@ def _run(job, namespace):
     except BaseException:  # SystemExit and KeyboardInterrupt are reported too
         return _failure_reply(*sys.exc_info())
     try:
-        return ("done", cloudpickle.dumps(result))
+        return ("done", serialize.dumps(result))
     except Exception as error:
         what = "the return value" if kind == "call" else "the value"
         return _failure_reply(TypeError, TypeError(
             f"{what} ({type(result).__name__}) cannot be pickled back to the "
             f"notebook: {error}"), None)
+
+
+def _remember_sources(source_lines):
+    """Put notebook cells' lines where ``traceback`` and ``where`` look them up."""
+    for filename, lines in source_lines.items():
+        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
 
 
 def _execute_cell(source, filename, namespace):
@@ -166,7 +172,7 @@ def _failure_reply(exc_type, exc, tb):
         tb = tb.tb_next
     text = "".join(traceback.format_exception(exc_type, exc, tb))
     try:
-        pickled = cloudpickle.dumps(exc)
+        pickled = serialize.dumps(exc)
     except Exception:
         pickled = None
     return ("failed", {

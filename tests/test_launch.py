@@ -102,10 +102,25 @@ def test_fn_can_initialise_the_group_itself_as_under_torchrun():
     assert ddp_lab.launch(script_style, 3, init_process_group=False) == [3.0] * 3
 
 
-def test_ranks_share_the_cores_instead_of_oversubscribing():
+def test_ranks_share_the_cores_instead_of_oversubscribing(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS")  # conftest pins it; a reader's shell has none
     expected = max(1, available_cores() // 4)
     assert ddp_lab.launch(torch.get_num_threads, 4) == [expected] * 4
     assert ddp_lab.launch(torch.get_num_threads, 2, threads=3) == [3, 3]
+
+
+def test_omp_num_threads_sets_the_threads_per_rank_as_under_torchrun(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert ddp_lab.launch(torch.get_num_threads, 2) == [3, 3]
+    monkeypatch.setenv("OMP_NUM_THREADS", "2,1")  # nested OpenMP levels: the first counts
+    assert ddp_lab.launch(torch.get_num_threads, 1) == [2]
+
+
+@pytest.mark.parametrize("bad", ["0", "four", "-2"])
+def test_a_bad_omp_num_threads_is_named_before_anything_starts(monkeypatch, bad):
+    monkeypatch.setenv("OMP_NUM_THREADS", bad)
+    with pytest.raises(ValueError, match=f"OMP_NUM_THREADS='{bad}' in the environment"):
+        ddp_lab.launch(torch.get_num_threads, 2)
 
 
 def test_ranks_are_not_forked_from_the_caller():

@@ -20,7 +20,8 @@ its pages also log errors in the browser console.  This extension:
   icons for ``<svg>`` elements (see ``FONT_AWESOME_CONFIG``);
 * turns ``path_to_book: "."`` into no prefix at all, so that the Colab, Binder
   and repository links read ``blob/main/book/...`` and not ``blob/main/./book/...``;
-* pins the CPU's float kernels (``REPRODUCIBLE_NUMERICS``) for the notebooks
+* pins the CPU's float kernels (``REPRODUCIBLE_NUMERICS``, explained in
+  ``reproducible_numerics.py``) for the notebooks
   the build executes, so that the pages show the numbers committed in the
   notebooks whatever x86 CPU builds them.
 
@@ -38,6 +39,8 @@ from pathlib import Path
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
+
+from reproducible_numerics import REPRODUCIBLE_NUMERICS
 
 logger = logging.getLogger(__name__)
 
@@ -80,14 +83,6 @@ CDN_STYLESHEETS = {
 FONT_AWESOME_CONFIG = "window.FontAwesomeConfig = { autoReplaceSvg: false };"
 
 
-# Training runs print losses and accuracies to three decimals, and those depend
-# on the order in which float sums are taken. MKL and ATen pick their kernels
-# (and with them that order) from the CPU they run on: an AVX-512 machine and
-# an AVX2 one, or an AMD and an Intel one, train to slightly different numbers.
-# These two settings make every x86 CPU with AVX2 take the same kernels, so a
-# notebook prints the same numbers on any such machine (at equal core counts).
-# tests/conftest.py sets the same for nbval.
-REPRODUCIBLE_NUMERICS = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2"}
 
 
 def normalise_path_to_book(app: Sphinx, config) -> None:
@@ -168,8 +163,7 @@ def drop_duplicate_scripts(app: Sphinx, pagename, templatename, context, doctree
 
 
 def setup(app: Sphinx):
-    for name, value in REPRODUCIBLE_NUMERICS.items():  # inherited by the kernels the build starts
-        os.environ.setdefault(name, value)
+    os.environ.update(REPRODUCIBLE_NUMERICS)  # inherited by the kernels the build starts
     app.add_js_file(None, body=FONT_AWESOME_CONFIG, priority=100)  # before the theme's script
     app.connect("config-inited", normalise_path_to_book)
     app.connect("builder-inited", ensure_node_modules)

@@ -33,7 +33,7 @@ import contextlib
 import traceback
 from dataclasses import dataclass
 
-import cloudpickle
+from .. import serialize
 import torch
 
 from ..errors import RankDied, RankFailed, RanksTimedOut
@@ -118,7 +118,7 @@ def run_on_rank(kind, fn_bytes, cases, seed):
             expected = tensor.clone()
             dist.all_reduce(expected)
         with point_to_point_only(kind):
-            fn = cloudpickle.loads(fn_bytes)
+            fn = serialize.loads(fn_bytes)
             try:
                 got = fn(tensor)
             except Exception as error:
@@ -206,7 +206,7 @@ def _check(kind, fn, world_sizes, cases, seed, timeout):
     wrong_signature = signature_mistake(fn, 1, SIGNATURES[kind])
     if wrong_signature:
         return CheckResult(subject, 0, total, "case", (wrong_signature,))
-    fn_bytes = cloudpickle.dumps(fn)
+    fn_bytes = serialize.dumps(fn)
     mistakes, correct = [], 0
     for world_size in world_sizes:
         chosen = [make_case(world_size, i, seed) for i in range(cases)]

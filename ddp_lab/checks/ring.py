@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 
-import cloudpickle
+from .. import serialize
 import torch
 
 from ..errors import RankDied, RankFailed, RanksTimedOut
@@ -82,7 +82,7 @@ def textbook_sends(inputs):
 def _check_one(fn, world_size, length, seed, timeout):
     where = f"W = {world_size}, {length} elements"
     try:
-        reports = launch(_run_on_rank, world_size, args=(cloudpickle.dumps(fn), length, seed),
+        reports = launch(_run_on_rank, world_size, args=(serialize.dumps(fn), length, seed),
                          backend="gloo", timeout=timeout)
     except RanksTimedOut as error:
         places = sorted(set(error.unfinished.values()))
@@ -186,7 +186,7 @@ def _run_on_rank(fn_bytes, length, seed):
 
     tensor = make_input(dist.get_rank(), length, seed)
     with _point_to_point_only() as sends:
-        fn = cloudpickle.loads(fn_bytes)  # after patching: `from dist import send` sees ours
+        fn = serialize.loads(fn_bytes)  # after patching: `from dist import send` sees ours
         fn(tensor)
     return tensor, sends
 

@@ -1,0 +1,39 @@
+"""The settings under which a notebook prints the same numbers on any x86-64 CPU.
+
+Training runs print losses and accuracies to three decimals, and those depend
+on the order in which float sums are taken. Three things choose that order
+on a CPU, each measured on chapter 10's training run (final weights hashed,
+``tools/cpu_variants.py`` runs the notebooks under each):
+
+* **MKL's code branch.** PyTorch's float matmuls on x86 are MKL's ``sgemm``.
+  By default MKL picks a kernel for the CPU it finds: AVX-512 or AVX2 on an
+  Intel CPU, a generic one on an AMD CPU, and each sums in its own order
+  (three different sets of weights, two different printed accuracies,
+  0.873 and 0.880, after 4 epochs). ``MKL_CBWR=COMPATIBLE`` makes MKL take
+  the one branch it keeps identical on every x86-64 CPU (Intel's "conditional
+  numerical reproducibility"; its strict mode exists only for the AVX2 and
+  AVX-512 branches, which an AMD CPU does not get).
+* **The number of threads.** MKL's reproducible mode holds only for a fixed
+  thread count, and a launch gives each rank the machine's cores shared
+  between the ranks: 3, 5, 6 or 7 threads per rank gave other weights than
+  1, 2, 4 or 8. ``OMP_NUM_THREADS=1`` fixes it: ``ddp_lab.launch`` then gives
+  each rank one thread, as torchrun does with this variable set, and the
+  notebook's own process uses one thread too.
+* **ATen's vector kernels** (reductions, activations, the optimizer's
+  element-wise updates), compiled for several instruction sets and chosen at
+  run time: ``ATEN_CPU_CAPABILITY=avx2`` takes the AVX2 ones everywhere.
+
+oneDNN, whose own ISA choice ``ONEDNN_MAX_CPU_ISA`` would pin, runs none of
+the book's float32 training (``ONEDNN_VERBOSE=1`` prints nothing for it).
+
+Each variable must be set before torch is imported (libgomp reads
+``OMP_NUM_THREADS`` when it loads; MKL reads ``MKL_CBWR`` at its first call),
+so this module imports nothing: ``conftest.py`` and the book build
+(``book_html.py``) put them into the environment first.
+"""
+
+REPRODUCIBLE_NUMERICS = {
+    "MKL_CBWR": "COMPATIBLE",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "OMP_NUM_THREADS": "1",
+}
