@@ -70,6 +70,9 @@ class BackwardTimeline:
     ``bucket_contents[i]`` names the parameters in bucket i and
     ``bucket_bytes[i]`` its size. ``backward_end``: when ``backward()``
     returned, which DDP delays until every bucket is reduced.
+    ``first_bucket_mb``: the smaller cap of the first bucket when the model
+    was wrapped without ``bucket_cap_mb`` (DDP's default), else None: an
+    explicit ``bucket_cap_mb`` applies to every bucket, the first included.
     """
 
     rank: int
@@ -80,6 +83,13 @@ class BackwardTimeline:
     bucket_contents: tuple[tuple[str, ...], ...]
     bucket_bytes: tuple[int, ...]
     backward_end: float
+    first_bucket_mb: float | None = None
+
+    def cap_text(self, spaced: bool = False) -> str:
+        """"bucket_cap_mb=25", or for DDP's default "default bucket_cap_mb (25, first bucket 1)"."""
+        if self.first_bucket_mb is None:
+            return f"bucket_cap_mb{' = ' if spaced else '='}{self.bucket_cap_mb:g}"
+        return f"default bucket_cap_mb ({self.bucket_cap_mb:g}, first bucket {self.first_bucket_mb:g})"
 
     @property
     def compute_end(self) -> float:
@@ -104,7 +114,7 @@ class BackwardTimeline:
     def describe(self) -> str:
         """A deterministic summary (no times): the buckets and their layers."""
         buckets = len(self.buckets)
-        lines = [f"bucket_cap_mb={self.bucket_cap_mb:g}: {len(self.layers)} layers, "
+        lines = [f"{self.cap_text()}: {len(self.layers)} layers, "
                  f"{buckets} bucket{'s' if buckets != 1 else ''}"]
         for i in range(buckets):
             lines.append(f"  bucket {i}: {', '.join(self.bucket_layers(i))} "
@@ -219,6 +229,7 @@ class TimelineRecorder:
             bucket_contents=tuple(self._bucket_contents[i] for i in indices),
             bucket_bytes=tuple(self._bucket_bytes[i] for i in indices),
             backward_end=self._backward_end,
+            first_bucket_mb=_first_bucket_mb(self.ddp_model),
         )
 
     def remove(self) -> None:
@@ -226,6 +237,13 @@ class TimelineRecorder:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+
+def _first_bucket_mb(ddp_model):
+    """The first bucket's own cap in MiB when DDP uses one (bucket_cap_mb left to its default), else None."""
+    if not getattr(ddp_model, "bucket_bytes_cap_default", False):
+        return None
+    return dist._DEFAULT_FIRST_BUCKET_BYTES / 2**20
 
 
 def _timed_allreduce_hook(recorder, bucket):

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddp_lab.checks.ddp import check_ddp
+from ddp_lab.checks.ddp import _order_case, check_ddp
 
 
 def wrappers():
@@ -33,9 +33,13 @@ def wrappers():
             return self.module(x)
 
     class BucketedDDP(nn.Module):
-        def __init__(self, module, bucket_cap_mb=25, too_early=False, keep_state=False):
+        """Launches bucket i only after buckets 0 to i-1, as torch's DDP does; with
+        completion_order=True, each bucket the moment it is complete."""
+
+        def __init__(self, module, bucket_cap_mb=25, too_early=False, keep_state=False, completion_order=False):
             super().__init__()
             self.module, self.too_early, self.keep_state = module, too_early, keep_state
+            self.completion_order = completion_order
             for p in module.parameters():
                 dist.broadcast(p.data, src=0)
             self.buckets, bucket, size = [], [], 0
@@ -49,17 +53,28 @@ def wrappers():
                 self.buckets.append(bucket)
             self.bucket_of = {p: i for i, b in enumerate(self.buckets) for p in b}
             self.ready = [0] * len(self.buckets)
-            self.pending = []
+            self.pending, self.next_bucket = [], 0
             for p in module.parameters():
                 p.register_post_accumulate_grad_hook(self._on_gradient)
+
+        def _complete(self, i):
+            return self.ready[i] >= (1 if self.too_early else len(self.buckets[i]))
+
+        def _launch(self, i):
+            grads = [q.grad if q.grad is not None else torch.zeros_like(q) for q in self.buckets[i]]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            self.pending.append((dist.all_reduce(flat, async_op=True), flat, self.buckets[i]))
 
         def _on_gradient(self, p):
             i = self.bucket_of[p]
             self.ready[i] += 1
-            if self.ready[i] == (1 if self.too_early else len(self.buckets[i])):
-                grads = [q.grad if q.grad is not None else torch.zeros_like(q) for q in self.buckets[i]]
-                flat = torch.cat([g.reshape(-1) for g in grads])
-                self.pending.append((dist.all_reduce(flat, async_op=True), flat, self.buckets[i]))
+            if self.completion_order:
+                if self.ready[i] == (1 if self.too_early else len(self.buckets[i])):
+                    self._launch(i)
+                return
+            while self.next_bucket < len(self.buckets) and self._complete(self.next_bucket):
+                self._launch(self.next_bucket)
+                self.next_bucket += 1
 
         def finish_gradient_synchronization(self):
             for handle, flat, params in self.pending:
@@ -70,7 +85,7 @@ def wrappers():
                     q.grad = flat[offset:offset + q.numel()].view_as(q).clone()
                     offset += q.numel()
             if not self.keep_state:
-                self.pending, self.ready = [], [0] * len(self.buckets)
+                self.pending, self.ready, self.next_bucket = [], [0] * len(self.buckets), 0
 
         def forward(self, x):
             return self.module(x)
@@ -118,6 +133,7 @@ def wrappers():
         "silent": SilentDDP,
         "too_early": lambda m, bucket_cap_mb: BucketedDDP(m, bucket_cap_mb, too_early=True),
         "keeps_state": lambda m, bucket_cap_mb: BucketedDDP(m, bucket_cap_mb, keep_state=True),
+        "completion_order": lambda m, bucket_cap_mb: BucketedDDP(m, bucket_cap_mb, completion_order=True),
         "naive_as_bucketed": lambda m, bucket_cap_mb: NaiveDDP(m),
         "after_backward": AfterBackwardDDP,
         "crashes": Crashes,
@@ -138,6 +154,34 @@ def test_right_naive_and_bucketed_versions_pass():
     assert str(naive).startswith("✓ all 8 checks correct (NaiveDDP (naive) vs torch DDP: 2 ranks, 3 SGD steps)")
     bucketed = check_ddp(W["bucketed"], bucket_cap_mb=CAP)
     assert bucketed, str(bucketed)
+    assert bucketed.correct == bucketed.total == 9  # the 9th: the rank-dependent order of TwoBranches
+
+
+def test_launching_buckets_in_completion_order_fails_when_ranks_differ_in_order():
+    # On the checker's MLP the order is the same on every rank, so this wrapper
+    # passes everything else; on TwoBranches, rank 1 completes the buckets
+    # [right] and [left] in the other order, and its all-reduces meet the wrong ones.
+    result = check_ddp(W["completion_order"], bucket_cap_mb=CAP)
+    assert not result and kinds(result) == ["order"]
+    assert result.correct == result.total - 1 == 8
+    text = str(result)
+    assert "rank-dependent order: on a model whose gradients become ready in a different order" in text
+    assert "the gradients of " in text and "came out wrong" in text
+    assert "head, right, left on even ranks and head, left, right on odd ranks" in text  # measured on the ranks
+    assert "DDP launches bucket i only once buckets 0 to i-1 have been launched" in text
+
+
+def test_completion_order_with_buckets_of_unequal_sizes_is_explained_too():
+    # With twice the cap, TwoBranches makes the buckets [head, right] and [left]: the
+    # crossed all-reduces then differ in size, and gloo aborts the rank that receives
+    # more bytes than it expects. The order case alone, as check_ddp runs it.
+    wrapper = W["completion_order"]
+    mistake = _order_case(lambda m, bucket_cap_mb: wrapper(m, 2 * bucket_cap_mb), 2, 1, 60)
+    assert mistake is not None and mistake.kind == "order"
+    assert "a rank died (rank " in mistake.message and "SIGABRT" in mistake.message
+    assert "DDP launches bucket i only once buckets 0 to i-1 have been launched" in mistake.message
+    in_order = W["bucketed"]
+    assert _order_case(lambda m, bucket_cap_mb: in_order(m, 2 * bucket_cap_mb), 2, 1, 60) is None
 
 
 def test_sum_instead_of_mean_is_named():

@@ -26,8 +26,8 @@ def timelines_for(caps):
 
 @pytest.fixture(scope="module")
 def recorded():
-    """{bucket_cap_mb: [timeline of rank 0, timeline of rank 1]}."""
-    caps = (25, 0.25)
+    """{bucket_cap_mb: [timeline of rank 0, timeline of rank 1]}; None: DDP's default."""
+    caps = (25, 0.25, None)
     by_rank = timelines_for(caps)
     return {cap: [by_rank[r][i] for r in range(2)] for i, cap in enumerate(caps)}
 
@@ -76,6 +76,16 @@ def test_bucket_count_follows_bucket_cap_mb(recorded):
     assert one[0].buckets[0].start >= one[0].compute_end - 1e-3
     assert one[0].describe().startswith("bucket_cap_mb=25: 5 layers, 1 bucket\n  bucket 0: fc5, fc4, fc3, fc2, fc1")
     assert many[0].bucket_cap_mb == 0.25
+
+
+def test_the_default_cap_is_told_apart_from_an_explicit_25(recorded):
+    # Left to its default, DDP caps the first bucket at 1 MiB; an explicit
+    # bucket_cap_mb=25 caps every bucket, the first included, at 25 MiB.
+    default, explicit = recorded[None][0], recorded[25][0]
+    assert default.bucket_cap_mb == explicit.bucket_cap_mb == 25
+    assert default.first_bucket_mb == 1 and explicit.first_bucket_mb is None
+    assert default.describe().startswith("default bucket_cap_mb (25, first bucket 1): 5 layers")
+    assert explicit.cap_text(spaced=True) == "bucket_cap_mb = 25"
 
 
 def test_timeline_is_plain_data():

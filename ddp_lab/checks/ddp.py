@@ -37,6 +37,19 @@ over from the previous step); one all-reduce per parameter where buckets
 were asked for; buckets larger than the cap; communication only after the
 backward pass. Each check is repeated on every rank and every step, and a
 mistake seen on several is reported once.
+
+A bucketed wrapper that passes is then run once more, on :class:`TwoBranches`:
+a model whose ``forward`` runs its two branches in an order that depends on
+the rank, so that backward makes the gradients ready in one order on even
+ranks and in another on odd ranks. Wrapped with ``bucket_cap_mb=0.01`` it has
+three buckets of which two are complete in a different order on each kind of
+rank. torch's DDP launches bucket *i* only after buckets 0 to *i - 1*
+(``Reducer::mark_bucket_ready`` in ``reducer.cpp``), so every rank issues the
+same all-reduces in the same order; a wrapper that launches buckets in the
+order they complete issues them in different orders, gloo pairs each rank's
+*n*-th all-reduce with the others' *n*-th, and the ranks add up gradients of
+different layers. That case fails with a message that says so, whether the
+mismatch shows as wrong gradients, a crashed rank or a hang.
 """
 
 from __future__ import annotations
@@ -51,9 +64,10 @@ from ..launcher import launch
 from .result import CheckResult, Mistake
 from .wording import error_in_your_code, steps_text
 
-__all__ = ["check_ddp", "WIDTHS"]
+__all__ = ["check_ddp", "WIDTHS", "TwoBranches"]
 
 WIDTHS = (16, 64, 64, 64, 4)  # fc1..fc4: 8 parameter tensors, about 38 KB of float32
+ORDER_CAP_MB = 0.01  # TwoBranches in buckets: [head], [right], [left], the last two of 17,408 bytes each
 LR = 0.1
 BATCH = 8
 ATOL, RTOL = 1e-6, 1e-4
@@ -83,11 +97,45 @@ class _Observations:
     error: str | None = None
     error_stage: str | None = None
     start_differs: list = field(default_factory=list)  # names whose start != rank 0's
+    ready_order: list = field(default_factory=list)  # parameter names, in the order backward made them ready
     steps: list = field(default_factory=list)  # per step: {"gradients": {name: kind}, "weights_ok": bool}
     collectives: list = field(default_factory=list)  # per step: [(op, phase, numel, bytes)]
 
 
 # ------------------------------------------------------------------ the rank side
+
+
+class TwoBranches(torch.nn.Module):
+    """Two branches of the same shape and a head; ``forward`` runs the branches
+    in an order that depends on the rank.
+
+    Autograd runs the backward of the operation recorded last first, so on even
+    ranks (``left`` computed first) the gradients become ready in the order
+    head, right, left, and on odd ranks in the order head, left, right.
+    """
+
+    def __init__(self, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.left, self.right = torch.nn.Linear(16, 256), torch.nn.Linear(16, 256)
+        self.head = torch.nn.Linear(256, 16)
+
+    def forward(self, x):
+        import torch.distributed as dist
+
+        if dist.get_rank() % 2 == 0:
+            a = self.left(x)
+            b = self.right(x)
+        else:
+            b = self.right(x)
+            a = self.left(x)
+        return self.head(torch.relu(a) + torch.relu(b))
+
+
+def _build(model, seed):
+    from ..models import mlp
+
+    return TwoBranches(seed) if model == "branches" else mlp(WIDTHS, seed=seed)
 
 
 def _recorder_class():
@@ -113,22 +161,22 @@ def _recorder_class():
     return CollectiveRecorder
 
 
-def _run_on_rank(make_ddp, bucket_cap_mb, steps):
+def _run_on_rank(make_ddp, bucket_cap_mb, steps, model="mlp"):
     """Train the reader's wrapper and torch's DDP side by side; report what differs."""
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ..models import mlp
-
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    base = mlp(WIDTHS, seed=100 + rank)  # a different start on every rank
+    base = _build(model, seed=100 + rank)  # a different start on every rank
     names = [name for name, _ in base.named_parameters()]
     seen = _Observations(rank, world_size, names,
                          [p.numel() * p.element_size() for p in base.parameters()])
     torch_ddp = DDP(copy.deepcopy(base))
     theirs = copy.deepcopy(base)
     plain = copy.deepcopy(base)  # for each rank's own, unsynchronised gradient
+    for name, p in plain.named_parameters():  # the order this rank's backward makes gradients ready
+        p.register_post_accumulate_grad_hook(lambda p, name=name: seen.ready_order.append(name))
     recorder = _recorder_class()()
 
     stage = "building your wrapper"
@@ -145,6 +193,7 @@ def _run_on_rank(make_ddp, bucket_cap_mb, steps):
             _copy_parameters(torch_ddp.module, plain)
             x = torch.randn(BATCH, WIDTHS[0], generator=generator)
             y = torch.randint(0, WIDTHS[-1], (BATCH,), generator=generator)
+            seen.ready_order = []
 
             torch_ddp.zero_grad(set_to_none=True)
             F.cross_entropy(torch_ddp(x), y).backward()
@@ -240,6 +289,8 @@ def check_ddp(make_ddp, *, bucket_cap_mb: float | None = None, world_size: int =
     version = "naive" if bucket_cap_mb is None else f"bucketed, bucket_cap_mb={bucket_cap_mb:g}"
     subject = f"{name} ({version}) vs torch DDP: {world_size} ranks, {steps} SGD steps"
     total = 2 + 2 * steps  # start, gradients and weights per step, communication
+    if bucket_cap_mb is not None:
+        total += 1  # the same all-reduces in the same order on every rank (TwoBranches)
     try:
         ranks = launch(_run_on_rank, world_size, args=(make_ddp, bucket_cap_mb, steps),
                        backend="gloo", threads=1, timeout=timeout)
@@ -253,7 +304,74 @@ def check_ddp(make_ddp, *, bucket_cap_mb: float | None = None, world_size: int =
     except (RankFailed, RankDied) as error:
         return CheckResult(subject, 0, total, "check",
                            (Mistake("a rank", "crash", str(error).splitlines()[0]),))
-    return _verdict(subject, total, ranks, bucket_cap_mb, steps)
+    result = _verdict(subject, total, ranks, bucket_cap_mb, steps)
+    if bucket_cap_mb is None or not result:
+        return result  # the order case is run only for a bucketed wrapper that passed the rest
+    mistake = _order_case(make_ddp, world_size, steps, timeout)
+    if mistake is None:
+        return result
+    return CheckResult(subject, result.correct - 1, total, "check", (mistake,))
+
+
+def _order_case(make_ddp, world_size, steps, timeout):
+    """Run the wrapper on TwoBranches, whose gradients become ready in a rank-dependent order."""
+    what = None
+    try:
+        ranks = launch(_run_on_rank, world_size, args=(make_ddp, ORDER_CAP_MB, steps, "branches"),
+                       backend="gloo", threads=1, timeout=timeout)
+    except RanksTimedOut as error:
+        where = "; ".join(f"rank {r}: {w}" for r, w in sorted(error.unfinished.items()))
+        what = f"the ranks hung until the {timeout:g} s timeout ({where})"
+        ranks = None
+    except RankDied as error:
+        what = f"a rank died ({str(error).splitlines()[0]})"
+        if error.signal_name == "SIGABRT":
+            what = what[:-1] + ("; gloo aborts a process that receives more bytes than the all-reduce it "
+                                "matched them with expects)")
+        ranks = None
+    except RankFailed as error:
+        what = f"a rank failed ({error.exc_type}: {error.exc_message.splitlines()[0]})"
+        ranks = None
+    if ranks is not None:
+        errors = [seen for seen in ranks if seen.error]
+        wrong = sorted({name for seen in ranks for step in seen.steps
+                        for name, kind in step["gradients"].items() if kind != "ok"},
+                       key=ranks[0].parameter_names.index)
+        if errors:
+            what = f"your code raised on rank {errors[0].rank} while {errors[0].error_stage}: {errors[0].error}"
+        elif wrong:
+            what = f"the gradients of {_names(wrong)} came out wrong"
+        else:
+            return None
+    even, odd = TWO_BRANCH_ORDERS
+    if ranks is not None:  # what the ranks' backward passes really did
+        even, odd = (_layer_order(ranks[r].ready_order) for r in (0, 1))
+    return Mistake(
+        "rank-dependent order", "order",
+        f"on a model whose gradients become ready in a different order on different ranks, {what}. The "
+        f"model (ddp_lab.checks.ddp.TwoBranches) runs two branches in an order that depends on the rank, "
+        f"so backward makes its gradients ready in the order {even} on even ranks and {odd} on odd ranks; "
+        f"with bucket_cap_mb={ORDER_CAP_MB:g}, DDP's rule makes the buckets [head], [right], [left]. A "
+        f"wrapper that launches each bucket as soon as it is complete issues the all-reduces of the "
+        f"branches' buckets in one order on even ranks and in the other on odd ranks; gloo matches every "
+        f"rank's n-th all-reduce with the others' n-th, so the ranks add up buckets of different layers "
+        f"(or, where their sizes differ, fail). DDP launches bucket i only once buckets 0 to i-1 have been launched, so that every rank "
+        f"issues the same all-reduces in the same order: when a bucket is complete, launch it only if "
+        f"every earlier bucket has been launched, then launch the following buckets that are already "
+        f"complete, in order")
+
+
+TWO_BRANCH_ORDERS = ("head, right, left", "head, left, right")
+
+
+def _layer_order(parameter_names):
+    """"head.bias, head.weight, right.bias, ..." -> "head, right, ..."."""
+    layers = []
+    for name in parameter_names:
+        layer = name.rsplit(".", 1)[0]
+        if layer not in layers:
+            layers.append(layer)
+    return ", ".join(layers)
 
 
 def _verdict(subject, total, ranks, bucket_cap_mb, steps):

@@ -77,7 +77,7 @@ def draw_timeline(timeline, *, ax=None, title: str | None = None, xmax: float | 
     ax.tick_params(axis="y", length=0, labelsize=9)
     _label_bars(ax, bars)
     ax.set_title(title if title is not None else
-                 f"rank {timeline.rank}, bucket_cap_mb = {timeline.bucket_cap_mb:g}: "
+                 f"rank {timeline.rank}, {timeline.cap_text(spaced=True)}: "
                  f"{buckets} bucket{'s' if buckets != 1 else ''}", fontsize=10.5, loc="left")
     return ax.figure
 
