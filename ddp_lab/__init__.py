@@ -10,7 +10,9 @@ The companion package of the book. The pieces a chapter uses:
 - ``Topology`` and ``devices_for``: ranks and devices of a cluster, by arithmetic.
 - ``ring_all_reduce`` and ``naive_all_reduce``: the book's own all-reduces,
   built from send/recv, and ``run_traced_all_reduce`` to watch them work.
-- ``ddp_lab.checks``: the labs' checkers; ``ddp_lab.bench``: benchmarks.
+- ``ddp_lab.checks``: the labs' checkers; ``ddp_lab.bench``: benchmarks;
+  ``python -m ddp_lab.gpu_check``: every GPU path of the book, run and measured
+  on a GPU machine (``ddp_lab.gpu_check``).
 
 ``import ddp_lab`` stays light: drawings (matplotlib, ipywidgets) live in
 ``ddp_lab.draw`` and are imported only when asked for.

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.bench.collectives import slowest_rank_seconds
+from ddp_lab.bench.collectives import collective_device, slowest_rank_seconds
 from ddp_lab.cost import bus_factor
 from ddp_lab.ring import ring_all_reduce
 from ddp_lab.trace import Trace
@@ -58,9 +58,8 @@ def seconds_per_call(call, tensor, iterations):
     def loop():
         for _ in range(iterations):
             call(tensor)
-        if tensor.is_cuda:
-            torch.cuda.synchronize()  # GPU collectives return before they are done
 
+    # On a GPU the loop is timed with CUDA events (see slowest_rank_seconds).
     return slowest_rank_seconds(loop, repeats=1, warmup=0)[0] / iterations
 
 
@@ -83,7 +82,7 @@ def measure_on_rank(sizes, implementations, trial_seconds=TRIAL_SECONDS, trials=
     The implementations take turns, trial by trial, so a slow moment of the
     machine hits all of them alike; each keeps the median of its trials.
     """
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    device = collective_device()
     rows = []
     for nbytes in sizes:
         tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=device)

@@ -1,0 +1,97 @@
+"""``python -m ddp_lab.gpu_check``: run every GPU path of the book, write a results file.
+
+    python -m ddp_lab.gpu_check --out book/part4_running/gpu_results/
+    python -m ddp_lab.gpu_check --only all_reduce_bandwidth --out /tmp/allreduce.json
+    python -m ddp_lab.gpu_check --allow-no-gpu --out /tmp/dry.json   # no GPU: every check skipped
+    python -m ddp_lab.gpu_check --schema                              # the results file's JSON Schema
+
+It needs a CUDA GPU, and refuses, saying what is missing, before it starts
+anything where there is none. Each check prints a line as it ends; then the
+report the book's pages show, then the file's path. Exit status: 0 when
+every check passed or was skipped for want of GPUs, 1 when one failed (the
+file is written all the same, with the error), 2 for bad options, 3 when
+there is no usable CUDA GPU (nothing was run, nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+
+from ddp_lab.gpu_check.checklist import CHECKS, check_named
+from ddp_lab.gpu_check.machine import describe_machine, why_no_cuda
+from ddp_lab.gpu_check.results import RESULTS_FOLDER, SCHEMA, assemble, write
+from ddp_lab.gpu_check.runner import Options, run_checks
+from ddp_lab.plan import cuda_device_count
+
+__all__ = ["main", "NO_CUDA"]
+
+NO_CUDA = 3  # the exit status when there is no GPU to check
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m ddp_lab.gpu_check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=".",
+                        help="a .json file, or a folder where the file is named after the GPUs and the date "
+                             f"(default: the current folder; the book's is {RESULTS_FOLDER})")
+    parser.add_argument("--allow-no-gpu", action="store_true",
+                        help="on a machine without a GPU, write a file in which every GPU check is skipped "
+                             "(to try the command and the pages out) instead of refusing")
+    parser.add_argument("--only", nargs="+", metavar="CHECK", choices=[c.name for c in CHECKS],
+                        help="run only these checks: " + ", ".join(c.name for c in CHECKS))
+    parser.add_argument("--repeats", type=int, default=Options.repeats,
+                        help=f"timed repeats per size (default {Options.repeats})")
+    parser.add_argument("--iterations", type=int, default=Options.iterations,
+                        help=f"all-reduce calls per timed repeat (default {Options.iterations})")
+    parser.add_argument("--max-bytes", type=int, default=Options.all_reduce_sizes[-1],
+                        help=f"largest all-reduce, in bytes (default {Options.all_reduce_sizes[-1]}: 256 MiB)")
+    parser.add_argument("--timeout", type=float, default=Options.timeout,
+                        help=f"seconds each launch may take (default {Options.timeout:g})")
+    parser.add_argument("--schema", action="store_true", help="print the results file's JSON Schema and stop")
+    args = parser.parse_args(argv)
+    sizes = tuple(s for s in Options.all_reduce_sizes if s <= args.max_bytes)
+    try:
+        args.options = Options(repeats=args.repeats, iterations=args.iterations, timeout=args.timeout,
+                               all_reduce_sizes=sizes or (args.max_bytes,))
+    except ValueError as error:
+        parser.error(str(error))
+    return args
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    if args.schema:
+        print(json.dumps(SCHEMA, indent=1))
+        return 0
+    missing = why_no_cuda()
+    if missing and not args.allow_no_gpu:
+        print(f"python -m ddp_lab.gpu_check needs a CUDA GPU, and this machine has none it can use: {missing}. "
+              f"Nothing was run. (--allow-no-gpu writes a results file in which every GPU check is skipped.)",
+              file=sys.stderr)
+        return NO_CUDA
+    date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    gpus = 0 if missing else cuda_device_count()
+    checks = [check_named(name) for name in args.only] if args.only else list(CHECKS)
+    print(f"ddp_lab.gpu_check: {gpus} CUDA GPU(s)" + (f" ({missing})" if missing else "")
+          + f"; {len(checks)} checks", flush=True)
+    records = run_checks(checks, gpus, args.options, progress=lambda line: print(line, flush=True))
+    document = assemble(describe_machine(gpus), records, args.options.as_dict(), date=date,
+                        command=shlex.join(["python", "-m", "ddp_lab.gpu_check", *argv]),
+                        allow_no_gpu=args.allow_no_gpu)
+    path = write(document, args.out)
+
+    from ddp_lab.draw.gpu_results import report  # text only: needs no matplotlib
+
+    print()
+    print(report([document]))
+    print(f"\nresults written to {path}")
+    return 1 if document["summary"]["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

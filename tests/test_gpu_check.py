@@ -1,0 +1,373 @@
+"""``python -m ddp_lab.gpu_check`` and the pages' rendering of its results, on a machine without a GPU.
+
+What a CPU can prove: the command refuses clearly without CUDA; its own
+code path, with every GPU check skipped, assembles a results file that
+follows the schema; the all-reduce measurement code runs on gloo ranks (the
+same code, timed by the CPU's clock instead of CUDA events); the pages
+render a results file, and say so when none is stored. The GPU checks
+themselves run on a GPU machine: ``python -m ddp_lab.gpu_check``.
+"""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from jsonschema import Draft202012Validator
+
+from ddp_lab.bench.collectives import elapsed_seconds
+from ddp_lab.cost import bus_factor
+from ddp_lab.draw.gpu_results import (draw_all_reduce_busbw, gpu_results_text, measured_on, no_results_message,
+                                      report)
+from ddp_lab.gpu_check import chapter14, launches, machine
+from ddp_lab.gpu_check.__main__ import NO_CUDA, main
+from ddp_lab.gpu_check.allreduce import all_reduce_measurement, measure_all_reduce
+from ddp_lab.gpu_check.checklist import CHECKS, check_named
+from ddp_lab.gpu_check.results import (RESULTS_DIR, RESULTS_FOLDER, SCHEMA, assemble, load, record,
+                                       results_filename, spread, stored_results, validate, write)
+from ddp_lab.gpu_check.runner import Check, CheckFailed, Finding, Options, run_check, run_checks
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_CUDA = torch.cuda.is_available()
+NO_GPU_HERE = pytest.mark.skipif(HAS_CUDA, reason="this machine has a CUDA GPU: the command would run for real")
+DATE = "2026-01-10T12:00:00Z"
+NO_MEASUREMENT = (f"No GPU measurement is stored yet: run `python -m ddp_lab.gpu_check --out {RESULTS_FOLDER}` "
+                  f"on a GPU machine and commit the file.")
+
+
+def run_command(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "ddp_lab.gpu_check", *args], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+
+
+def dry_run_document():
+    """What the command assembles on a machine with no GPU: every check skipped."""
+    records = run_checks(CHECKS, 0, Options(), progress=None)
+    return assemble(machine.describe_machine(0), records, Options().as_dict(), date=DATE,
+                    command="python -m ddp_lab.gpu_check --allow-no-gpu", allow_no_gpu=True)
+
+
+def two_gpu_document(all_reduce):
+    """A results file shaped as from a machine with two GPUs (test data: named 'Test GPU'),
+    holding the given all-reduce measurement and a copy measurement."""
+    devices = [{"index": i, "name": "Test GPU", "memory_bytes": 16 << 30, "capability": "8.0"} for i in range(2)]
+    described = {**machine.describe_machine(0), "gpus": 2, "devices": devices, "driver": "550.0",
+                 "driver_source": "nvidia-smi", "cuda": "12.4", "nccl": "2.21.5", "torch": "2.13.0+cu124"}
+    copies = {"direction": "host to device", "device": "cuda:0", "repeats": 3, "timer": "cuda events",
+              "rows": [{"bytes": 1 << 20,
+                        "pageable": {"seconds": spread([4e-4, 5e-4, 6e-4]), "bandwidth": (1 << 20) / 5e-4},
+                        "pinned": {"seconds": spread([1e-4, 1e-4, 2e-4]), "bandwidth": (1 << 20) / 1e-4}}]}
+    findings = {"all_reduce_bandwidth": Finding("measured", measurement=all_reduce),
+                "host_to_device_copy": Finding("measured", measurement=copies)}
+    records = [record(check, "passed", seconds=1.0, outcome=findings.get(check.name, Finding("ok")).outcome,
+                      measurement=findings.get(check.name, Finding("ok")).measurement) for check in CHECKS]
+    return assemble(described, records, Options().as_dict(), date=DATE, command="python -m ddp_lab.gpu_check")
+
+
+# --- refusing without CUDA ---------------------------------------------------------------
+
+
+@NO_GPU_HERE
+def test_the_command_refuses_without_cuda_before_it_starts_anything(tmp_path):
+    done = run_command("--out", str(tmp_path / "results"), cwd=tmp_path)
+    assert done.returncode == NO_CUDA == 3
+    assert done.stdout == ""
+    assert done.stderr.startswith("python -m ddp_lab.gpu_check needs a CUDA GPU, and this machine has none it "
+                                  "can use: ")
+    assert machine.why_no_cuda() in done.stderr
+    assert "Nothing was run." in done.stderr and "--allow-no-gpu" in done.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_command_prints_its_schema_and_refuses_bad_options(capsys):
+    assert main(["--schema"]) == 0
+    assert json.loads(capsys.readouterr().out) == SCHEMA
+    with pytest.raises(SystemExit) as exited:
+        main(["--repeats", "0"])
+    assert exited.value.code == 2
+    assert "repeats must be an int >= 1, got 0" in capsys.readouterr().err
+
+
+def facts(**changes):
+    return {"torch": "2.13.0+cu124", "cuda": "12.4", "cuda_available": True, "nccl_available": True,
+            "visible_devices": None, **changes}
+
+
+@pytest.mark.parametrize("changes, says", [
+    ({"torch": "2.13.0+cpu", "cuda": None, "cuda_available": False},
+     "torch 2.13.0+cpu is a build without CUDA (torch.version.cuda is None): install a CUDA build"),
+    ({"cuda_available": False},
+     "torch 2.13.0+cu124 is built for CUDA 12.4 but finds no usable GPU (torch.cuda.is_available() is False): "
+     "check that `nvidia-smi` lists a GPU and that its driver supports CUDA 12.4"),
+    ({"cuda_available": False, "visible_devices": ""},
+     "(torch.cuda.is_available() is False; CUDA_VISIBLE_DEVICES='' hides every GPU)"),
+    ({"nccl_available": False}, "has no nccl backend (torch.distributed.is_nccl_available() is False)"),
+])
+def test_why_no_cuda_names_what_is_missing(changes, says):
+    assert says in machine.why_no_cuda(facts(**changes))
+
+
+def test_a_machine_with_a_gpu_and_nccl_can_run_the_checks():
+    assert machine.why_no_cuda(facts()) is None
+
+
+def test_asking_whether_there_is_a_gpu_makes_no_cuda_context():
+    # The command asks before its launches, which must start from a process without one.
+    facts = machine.cuda_facts()
+    assert machine.why_no_cuda() == machine.why_no_cuda(facts)
+    assert facts["cuda"] == torch.version.cuda
+    assert not torch.cuda.is_initialized()
+
+
+# --- the driver's version ----------------------------------------------------------------
+
+
+def test_driver_version_falls_back_to_unknown(monkeypatch, tmp_path):
+    monkeypatch.delattr(torch.cuda, "driver_version", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    monkeypatch.setenv("PATH", str(tmp_path))         # no nvidia-smi
+    assert machine.driver_version() == {"driver": "unknown", "driver_source": "none"}
+
+
+def test_driver_version_from_nvidia_smi(monkeypatch, tmp_path):
+    monkeypatch.delattr(torch.cuda, "driver_version", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 550.54.15\necho 550.54.15\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert machine.driver_version() == {"driver": "550.54.15", "driver_source": "nvidia-smi"}
+
+
+def test_driver_version_from_torch_first_where_torch_has_it(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "driver_version", lambda: "555.42", raising=False)
+    assert machine.driver_version() == {"driver": "555.42", "driver_source": "torch.cuda.driver_version"}
+
+
+# --- running the checks ------------------------------------------------------------------
+
+
+def fake_check(run, needs_gpus=1):
+    return Check("fake_check", "a check for the tests", (14,), needs_gpus, run)
+
+
+def test_a_check_needing_more_gpus_is_skipped_with_the_count():
+    entry = run_check(fake_check(lambda gpus, options: pytest.fail("ran"), needs_gpus=2), 1, Options())
+    assert (entry["status"], entry["outcome"]) == ("skipped", "needs 2 CUDA GPUs; this machine has 1")
+    entry = run_check(fake_check(lambda gpus, options: pytest.fail("ran")), 0, Options())
+    assert entry["outcome"] == "needs a CUDA GPU; this machine has 0"
+
+
+def test_checks_that_pass_fail_or_raise():
+    passed = run_check(fake_check(lambda gpus, options: Finding(f"saw {gpus} GPUs", {"x": 1})), 2, Options())
+    assert (passed["status"], passed["outcome"], passed["details"]) == ("passed", "saw 2 GPUs", {"x": 1})
+
+    def disappointed(gpus, options):
+        raise CheckFailed("rank 1 is on cuda:0, not cuda:1", {"rank": 1})
+
+    failed = run_check(fake_check(disappointed), 2, Options())
+    assert (failed["status"], failed["outcome"], failed["details"]) == (
+        "failed", "rank 1 is on cuda:0, not cuda:1", {"rank": 1})
+
+    def crashed(gpus, options):
+        raise RuntimeError("NCCL error: unhandled system error\nmore lines")
+
+    crashed = run_check(fake_check(crashed), 2, Options())
+    assert crashed["status"] == "failed"
+    assert crashed["outcome"] == "RuntimeError: NCCL error: unhandled system error"
+    assert "Traceback" in crashed["error"] and "more lines" in crashed["error"]
+
+
+def test_the_checks_cover_every_gpu_path_of_the_issue():
+    names = [check.name for check in CHECKS]
+    assert names == ["launch_auto", "launch_nccl", "cpu_examples_on_gpus", "gloo_shared_gpu", "ddp_device_ids", "all_reduce_bandwidth",
+                     "ring_all_reduce_nccl", "train_one_gpu_per_process", "train_spanning_two_gpus",
+                     "launch_after_cuda_init", "host_to_device_copy"]
+    assert names[-1] == "host_to_device_copy"  # the one that makes a CUDA context here: last
+    assert check_named("train_spanning_two_gpus").needs_gpus == 2
+    with pytest.raises(ValueError, match="no GPU check named 'nope': the checks are launch_auto, "):
+        check_named("nope")
+
+
+def test_options_refuse_bad_values():
+    with pytest.raises(ValueError, match="repeats must be an int >= 1, got 0"):
+        Options(repeats=0)
+    with pytest.raises(ValueError, match="all_reduce_sizes must be byte counts of at least 4"):
+        Options(all_reduce_sizes=(2,))
+
+
+# --- the results document ----------------------------------------------------------------
+
+
+def test_the_schema_is_a_valid_json_schema():
+    Draft202012Validator.check_schema(SCHEMA)
+
+
+def test_the_dry_run_document_follows_the_schema():
+    document = dry_run_document()
+    assert validate(json.loads(json.dumps(document))) == document
+    assert document["summary"] == {"passed": 0, "failed": 0, "skipped": len(CHECKS)}
+    assert document["machine"]["gpus"] == 0 and document["machine"]["devices"] == []
+    for check in document["checks"]:
+        assert check["status"] == "skipped" and check["measurement"] is None
+        assert check["outcome"].startswith("needs ") and check["outcome"].endswith("this machine has 0")
+
+
+@NO_GPU_HERE
+def test_the_command_with_allow_no_gpu_writes_a_file_that_follows_the_schema(tmp_path):
+    done = run_command("--allow-no-gpu", "--out", "results/", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (path,) = (tmp_path / "results").iterdir()
+    assert path.name.startswith("no-gpu-") and path.suffix == ".json"
+    document = load(path)
+    assert document["allow_no_gpu"] and document["summary"]["skipped"] == len(CHECKS)
+    assert document["command"] == "python -m ddp_lab.gpu_check --allow-no-gpu --out results/"
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("ddp_lab.gpu_check: 0 CUDA GPU(s) (torch ")
+    assert "[7/11] ring_all_reduce_nccl: skipped: needs 2 CUDA GPUs; this machine has 0" in lines
+    assert report([document]) in done.stdout
+    assert lines[-1] == f"results written to {Path('results') / path.name}"
+
+
+def named(document, name):
+    return next(check for check in document["checks"] if check["name"] == name)
+
+
+def broken(change):
+    document = copy.deepcopy(dry_run_document())
+    change(document)
+    return document
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d["checks"][0].update(status="fine"), "at checks/0/status: 'fine' is not one of"),
+    (lambda d: named(d, "all_reduce_bandwidth").update(status="passed"),
+     "at checks/5/measurement: None is not of type 'object'"),
+    (lambda d: named(d, "host_to_device_copy").update(status="failed"), "/error: None is not of type 'string'"),
+    (lambda d: d["checks"][1].update(name="launch_auto"), "checks named more than once: launch_auto"),
+    (lambda d: d["machine"].update(gpus=2), "machine.gpus is 2 but 0 device(s) are described"),
+    (lambda d: d["summary"].update(skipped=3), "summary says"),
+    (lambda d: d.update(date="2026-01-10"), "at date: '2026-01-10' does not match"),
+    (lambda d: d.pop("machine"), "'machine' is a required property"),
+])
+def test_validate_names_what_breaks_the_format(change, says):
+    with pytest.raises(ValueError, match="does not follow ddp_lab.gpu_check/1") as raised:
+        validate(broken(change))
+    assert says in str(raised.value)
+
+
+def test_write_names_the_file_after_the_gpus_and_the_day(tmp_path):
+    document = two_gpu_document(all_reduce_measurement(
+        [(1024, [1e-5])], world_size=2, backend="nccl", device="cuda:0", repeats=1, iterations=1))
+    assert results_filename(document) == "2x-test-gpu-2026-01-10.json"
+    assert write(document, tmp_path / "folder") == tmp_path / "folder" / "2x-test-gpu-2026-01-10.json"
+    assert write(document, tmp_path / "mine.json") == tmp_path / "mine.json"
+    assert load(tmp_path / "mine.json") == document
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ValueError, match="bad.json is not JSON"):
+        load(tmp_path / "bad.json")
+
+
+# --- measuring: the all-reduce code on gloo, and the arithmetic ----------------------------
+
+
+def test_bus_bandwidth_is_algbw_times_2_w_minus_1_over_w():
+    rows = [(1 << 20, [1e-3, 2e-3, 4e-3])]
+    four = all_reduce_measurement(rows, world_size=4, backend="nccl", device="cuda:0", repeats=3, iterations=5)
+    (row,) = four["rows"]
+    assert row["seconds"] == {"min": 1e-3, "median": 2e-3, "max": 4e-3}
+    assert row["algbw"] == pytest.approx((1 << 20) / 2e-3)
+    assert row["busbw"] == pytest.approx(row["algbw"] * 2 * 3 / 4)
+    assert row["busbw_best"] == pytest.approx((1 << 20) / 1e-3 * 1.5)
+    assert four["timer"] == "cuda events" and four["bus_factor"] == bus_factor("all_reduce", 4) == 1.5
+    one = all_reduce_measurement(rows, world_size=1, backend="nccl", device="cuda:0", repeats=3, iterations=5)
+    assert one["rows"][0]["busbw"] == 0 and one["note"].startswith("one rank: an all-reduce has no other rank")
+
+
+def test_the_all_reduce_measurement_runs_on_gloo_ranks_and_renders():
+    measurement = measure_all_reduce(2, [1024, 4096], repeats=2, iterations=2, backend="gloo", timeout=120)
+    assert (measurement["device"], measurement["timer"], measurement["backend"]) == ("cpu", "perf_counter", "gloo")
+    assert [row["bytes"] for row in measurement["rows"]] == [1024, 4096]
+    for row in measurement["rows"]:
+        assert 0 < row["seconds"]["min"] <= row["seconds"]["median"] <= row["seconds"]["max"]
+        assert row["busbw"] == pytest.approx(row["algbw"])  # 2(W-1)/W = 1 for W = 2
+    document = two_gpu_document(measurement)  # validated by assemble
+    text = report([document], "all_reduce")
+    assert text.splitlines()[0] == ("all-reduce, measured on 2 × Test GPU on 2026-01-10 (driver 550.0, CUDA 12.4, "
+                                    "NCCL 2.21.5, torch 2.13.0+cu124)")
+    assert text.splitlines()[1] == "gloo, 2 rank(s) on cpu, float32, 2 repeats of 2 calls per size, timed with perf_counter"
+    assert text.splitlines()[3].split() == ["size", "time", "min", "median", "max", "algbw", "busbw", "busbw", "best"]
+    assert text.splitlines()[4].split()[:2] == ["1.0", "KiB"]
+
+
+def test_the_cpu_examples_check_passes_where_auto_picks_gloo():
+    # Without GPUs 'auto' picks gloo; on a GPU machine the same check runs them on nccl.
+    finding = launches.cpu_examples_on_gpus(2, Options(timeout=120))
+    assert finding.outcome == "2 rank(s), backend 'gloo': a CPU tensor all-reduced to 3 on every rank"
+
+
+@NO_GPU_HERE
+def test_the_chapter_14_check_fails_saying_what_train_py_ran_on():
+    # The same torchrun run as on a GPU machine; without GPUs train.py falls back to gloo on the CPU.
+    with pytest.raises(CheckFailed) as failed:
+        chapter14.one_gpu_per_process(2, Options(timeout=120))
+    assert str(failed.value) == ("rank 0 began with '[rank 0] restart 0: WORLD_SIZE=2, backend gloo, devices cpu', "
+                                 "not '[rank 0] restart 0: WORLD_SIZE=2, backend nccl, devices cuda:0'")
+    assert failed.value.details["command"] == ("torchrun --standalone --nproc_per_node 2 train.py --epochs 1 "
+                                               "--samples 256 --snapshot nccl.pt")
+
+
+def test_elapsed_seconds_on_the_cpu_is_the_clock():
+    assert elapsed_seconds(lambda: sum(range(1000)), torch.device("cpu")) > 0
+
+
+# --- the pages ---------------------------------------------------------------------------
+
+
+def test_the_pages_say_no_measurement_is_stored_in_an_empty_folder(tmp_path):
+    assert gpu_results_text("all_reduce", tmp_path) == NO_MEASUREMENT
+    assert no_results_message(tmp_path) == NO_MEASUREMENT
+    assert "comes without the book's book/part4_running/gpu_results/ folder" in gpu_results_text(
+        "all", tmp_path / "missing")
+
+
+def test_the_pages_render_a_dry_run_file_as_measuring_nothing(tmp_path):
+    write(dry_run_document(), tmp_path)
+    text = gpu_results_text("all", tmp_path)
+    assert text.startswith("GPU checks, made without a GPU (--allow-no-gpu) on 2026-01-10: torch ")
+    assert "0 passed, 0 failed, 11 skipped" in text
+    assert "skipped  train_spanning_two_gpus: train.py under torchrun, each process spanning two GPUs\n" \
+           "         needs 2 CUDA GPUs; this machine has 0" in text
+    assert text.endswith("host-to-GPU copies: not measured (skipped): needs a CUDA GPU; this machine has 0")
+    assert gpu_results_text("host_to_device", tmp_path).startswith("host-to-GPU copies, made without a GPU")
+    assert draw_all_reduce_busbw(stored_results(tmp_path)) is None
+
+
+def test_the_pages_render_a_gpu_file(tmp_path):
+    measurement = all_reduce_measurement([(1024, [1e-5, 2e-5]), (1 << 20, [1e-4, 3e-4])], world_size=2,
+                                         backend="nccl", device="cuda:0", repeats=2, iterations=20)
+    write(two_gpu_document(measurement), tmp_path)
+    text = gpu_results_text("all", tmp_path)
+    assert text.startswith("GPU checks, measured on 2 × Test GPU on 2026-01-10 (driver 550.0, CUDA 12.4, ")
+    assert "nccl, 2 rank(s) on cuda, float32, 2 repeats of 20 calls per size, timed with cuda events" in text
+    assert "   1.0 MiB     100 us     200 us     300 us" in text
+    copies = gpu_results_text("host_to_device", tmp_path).splitlines()
+    assert copies[1] == "host to device (cuda:0), 3 repeats per size, timed with cuda events"
+    assert copies[3].split()[:5] == ["1.0", "MiB", "2.10", "GB/s", "10.49"]
+    assert "5.00x" in copies[3]
+    figure = draw_all_reduce_busbw(stored_results(tmp_path))
+    assert figure.axes[0].get_legend().get_texts()[0].get_text() == "2 × Test GPU, nccl, 2026-01-10"
+    assert measured_on(stored_results(tmp_path)[0]).startswith("measured on 2 × Test GPU on 2026-01-10")
+
+
+def test_the_book_stores_only_real_gpu_measurements():
+    assert RESULTS_DIR == ROOT / "book" / "part4_running" / "gpu_results"
+    assert (RESULTS_DIR / "README.md").is_file()  # the folder, documented, even while it holds no file
+    for document in stored_results():  # each one follows the format...
+        assert document["machine"]["gpus"] >= 1 and not document["allow_no_gpu"]  # ...and comes from GPUs
+    if not stored_results():
+        assert gpu_results_text("all_reduce") == NO_MEASUREMENT
