@@ -24,9 +24,8 @@ from __future__ import annotations
 import linecache
 import sys
 
-from . import serialize
-
-from .errors import RankDied, RankFailed, RanksTimedOut
+from . import protocol, serialize
+from .errors import LaunchError, RankDied, RankFailed, RanksTimedOut
 from .output import render_by_rank
 from .plan import DEFAULT_TIMEOUT, make_plan
 from .processes import RankProcesses
@@ -64,8 +63,8 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
     """
     plan = make_plan(world_size, backend=backend, nodes=nodes, threads=threads,
                      timeout=timeout, init_process_group=init_process_group)
-    job = ("call", pickle_call(fn, args, kwargs))
-    ranks = RankProcesses(plan, first_jobs=[job], source_lines=interactive_sources())
+    job = (protocol.CALL, pickle_call(fn, args, kwargs), {})  # cells' lines go in the setup
+    ranks = RankProcesses(plan, first_job=job, source_lines=interactive_sources())
     try:
         outcome = ranks.collect(plan.timeout)
         if outcome.ok:
@@ -78,7 +77,22 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
         raise
     show(ranks.take_output())
     raise_for(outcome, plan.timeout)
-    return [serialize.loads(outcome.results[rank]) for rank in range(plan.world_size)]
+    return unpickle_results(outcome, plan.world_size)
+
+
+def unpickle_results(outcome, world_size):
+    """The ranks' values, rank by rank; one that cannot be unpickled is named."""
+    values = []
+    for rank in range(world_size):
+        try:
+            values.append(serialize.loads(outcome.results[rank]))
+        except Exception as error:
+            raise LaunchError(
+                f"the value rank {rank} sent back cannot be unpickled in the notebook: "
+                f"{type(error).__name__}: {error}. Send back plain values (numbers, "
+                "lists, dicts, tensors), or import here the module its class comes "
+                "from") from error
+    return values
 
 
 def pickle_call(fn, args=(), kwargs=None):

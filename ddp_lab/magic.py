@@ -68,15 +68,21 @@ class DDPMagics(Magics):
             print(self.ranks if self.ranks is not None else "no ranks started")
 
     def _start(self, args):
+        """Start new ranks; a typo must not cost the running ones their variables.
+
+        ``Ranks(..., start=False)`` checks every argument and starts nothing,
+        so the running ranks are stopped only once the new ones can start.
+        """
         if args.world_size is None:
             raise ValueError("%ddp start needs the number of ranks, e.g. %ddp start 4")
-        if self.ranks is not None:
-            self.ranks.stop()
         options = {"backend": args.backend, "nodes": args.nodes, "threads": args.threads}
         if args.timeout is not None:
             options["timeout"] = args.timeout
-        self.ranks = Ranks(args.world_size, **options, start=False)
-        self.ranks.start()
+        ranks = Ranks(args.world_size, **options, start=False)
+        if self.ranks is not None:
+            self.ranks.stop()
+        self.ranks = ranks
+        ranks.start()
 
     @cell_magic("ddp")
     def ddp_cell(self, line, cell):
