@@ -16,7 +16,11 @@ an initialised default process group. What the ranks print appears in the
 cell, rank by rank; what they return comes back as a list indexed by rank.
 
 Nothing outlives a launch: when it returns or raises, every rank process has
-exited and the rendezvous port is closed.
+exited and the rendezvous port is closed. So has every process a rank started
+(``subprocess.Popen``, ``os.fork``, DataLoader workers), even one it left
+running when it returned: each rank leads a process group, and the group is
+killed. A process started in a session of its own (``start_new_session=True``,
+``os.setsid()``) has left that group and is out of reach: stop it yourself.
 """
 
 from __future__ import annotations

@@ -180,3 +180,38 @@ def test_code_piped_into_python_gets_a_clear_error_instead_of_dead_ranks():
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
     assert "cannot start ranks from code whose __main__ is '<stdin>'" in run.stderr
+
+
+def still_running(pids):
+    import psutil
+
+    def running(pid):
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 5
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [pid for pid in pids if running(pid)]
+
+
+def start_two_children():
+    """A subprocess and a fork of this process, both left running."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "300"])
+    forked = os.fork()
+    if forked == 0:
+        time.sleep(300)
+        os._exit(0)
+    return [child.pid, forked]
+
+
+def test_processes_a_rank_started_do_not_outlive_a_successful_launch():
+    pids = [pid for pair in ddp_lab.launch(start_two_children, 2) for pid in pair]
+    assert still_running(pids) == []
+    with ddp_lab.Ranks(2, backend="gloo") as ranks:
+        pids = [pid for pair in ranks.run(start_two_children) for pid in pair]
+    assert still_running(pids) == []
