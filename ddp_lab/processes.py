@@ -21,11 +21,13 @@ torchrun's agent hosts it. Two notebooks launching at once get two ports.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import multiprocessing
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -411,20 +413,68 @@ def _check_main_module_can_be_imported():
     """Refuse a launch that multiprocessing would break in every rank.
 
     Like ``torch.multiprocessing.spawn``, each rank imports the caller's
-    script (as ``__mp_main__``) before it starts: a script is fine (with the
-    usual ``if __name__ == "__main__":`` guard), a notebook is fine (it has
-    no file), but code piped into ``python -`` names a file that does not
-    exist, and every rank would die on start-up.
+    script (as ``__mp_main__``) before it starts. A notebook is fine (it has
+    no file). Code piped into ``python -`` names a file that does not exist,
+    and every rank would die on start-up. A script is fine if it launches
+    from under the usual ``if __name__ == "__main__":`` guard; without it,
+    the launch in its top-level code runs again in each rank as the rank
+    imports it, multiprocessing refuses to start ranks from a rank still
+    starting, and every rank dies with exit code 1.
     """
-    import sys
-
-    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
     if main_file is not None and not os.path.exists(main_file):
         raise RuntimeError(
             f"cannot start ranks from code whose __main__ is {main_file!r}: each rank "
             "re-imports the main script, and this one is not a file. Save the code "
             "to a .py file (with an `if __name__ == \"__main__\":` guard) or run it "
             "in a notebook.")
+    top_level = _main_script_frame(main)
+    if top_level is not None and not _under_main_guard(top_level):
+        raise RuntimeError(
+            f"{top_level.f_code.co_filename} starts ranks from its top-level code, line "
+            f"{top_level.f_lineno}, without the `if __name__ == \"__main__\":` guard. "
+            "Each rank imports the script before it starts, and would run that line "
+            "again. Put the code that launches under the guard:\n\n"
+            "    if __name__ == \"__main__\":\n        ddp_lab.launch(...)")
+
+
+def _main_script_frame(main):
+    """The frame running the main script's top-level code, if this call came from it."""
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and main is not None \
+                and frame.f_globals is vars(main):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _under_main_guard(frame):
+    """Whether the frame's current top-level statement is ``if __name__ == "__main__":``.
+
+    When the source cannot be read or parsed, the answer is yes: only a
+    script known to lack the guard is refused.
+    """
+    try:
+        with open(frame.f_code.co_filename, encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+    except (OSError, SyntaxError, ValueError):
+        return True
+    line = frame.f_lineno
+    for statement in tree.body:
+        if statement.lineno <= line <= statement.end_lineno:
+            return isinstance(statement, ast.If) and _tests_main_name(statement.test)
+    return True
+
+
+def _tests_main_name(test):
+    """``__name__ == "__main__"``, written either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = {ast.dump(test.left), ast.dump(test.comparators[0])}
+    return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
 
 
 def _start_rank(context, setup, first_job):

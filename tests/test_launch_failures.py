@@ -219,3 +219,65 @@ def test_processes_a_rank_started_do_not_outlive_a_successful_launch():
     with ddp_lab.Ranks(2, backend="gloo") as ranks:
         pids = [pid for pair in ranks.run(start_two_children) for pid in pair]
     assert still_running(pids) == []
+
+
+def test_a_script_without_the_main_guard_is_told_so_before_any_rank_starts(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "no_guard.py"
+    script.write_text("import os, ddp_lab\nprint(ddp_lab.launch(os.getpid, 2))\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert (f"{script} starts ranks from its top-level code, line 2, without the "
+            '`if __name__ == "__main__":` guard') in run.stderr
+    assert "RankDied" not in run.stderr
+
+
+class StrFails(Exception):
+    def __str__(self):
+        raise RuntimeError("no words")
+
+
+def test_an_exception_whose_str_raises_is_reported_as_a_failure_of_the_users_code():
+    def work():
+        raise StrFails()
+
+    with pytest.raises(ddp_lab.RankFailed) as caught:
+        ddp_lab.launch(work, 2)
+    assert caught.value.exc_type == "StrFails"
+    assert "str() of this exception raised RuntimeError" in caught.value.exc_message
+    assert "in work" in caught.value.remote_traceback
+    assert "rank_process.py" not in caught.value.remote_traceback
+
+
+def only_in_a_rank():
+    if "RANK" not in os.environ:
+        raise ValueError("made only for the ranks")
+    return "fine"
+
+
+class ReadOnlyInRanks:
+    def __reduce__(self):
+        return only_in_a_rank, ()
+
+
+def test_a_value_the_notebook_cannot_unpickle_names_its_rank():
+    def work():
+        return ReadOnlyInRanks() if dist.get_rank() == 1 else 0
+
+    with pytest.raises(ddp_lab.LaunchError, match="the value rank 1 sent back cannot be unpickled "
+                                                  "in the notebook: ValueError: made only for the ranks"):
+        ddp_lab.launch(work, 2)
+
+
+def test_the_errors_can_be_pickled():
+    import pickle
+
+    errors = [ddp_lab.RankFailed(1, "ValueError", "bad", "Traceback ...", other_failures={2: "ValueError: bad"},
+                                 still_running={0: "waiting in barrier()"}),
+              ddp_lab.RankDied(1, -9), ddp_lab.RankDied(0, -11, between_calls=True),
+              ddp_lab.RanksTimedOut(2.0, {0: "waiting in all_reduce()"})]
+    for error in errors:
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)
