@@ -32,7 +32,7 @@ from . import protocol, serialize
 from .errors import LaunchError, RankDied, RankFailed, RanksTimedOut
 from .output import render_by_rank
 from .plan import DEFAULT_TIMEOUT, make_plan
-from .processes import RankProcesses
+from .processes import RankProcesses, interrupts_deferred
 
 
 def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
@@ -68,16 +68,21 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
     plan = make_plan(world_size, backend=backend, nodes=nodes, threads=threads,
                      timeout=timeout, init_process_group=init_process_group)
     job = (protocol.CALL, pickle_call(fn, args, kwargs), {})  # cells' lines go in the setup
-    ranks = RankProcesses(plan, first_job=job, source_lines=interactive_sources())
+    ranks = None
     try:
+        # Ctrl-C while the ranks start waits until they have (a second at most):
+        # a rank started but not yet known here could not be stopped.
+        with interrupts_deferred():
+            ranks = RankProcesses(plan, first_job=job, source_lines=interactive_sources())
         outcome = ranks.collect(plan.timeout)
         if outcome.ok:
             ranks.close()
         else:
             ranks.kill()
     except BaseException:  # KeyboardInterrupt: stop everything right away
-        ranks.kill()
-        show(ranks.take_output())
+        if ranks is not None:
+            ranks.kill()
+            show(ranks.take_output())
         raise
     show(ranks.take_output())
     raise_for(outcome, plan.timeout)

@@ -31,7 +31,7 @@ from . import protocol
 from .errors import RankDied, describe_exit
 from .launcher import interactive_sources, pickle_call, raise_for, show, unpickle_results
 from .plan import DEFAULT_TIMEOUT, check_timeout, make_plan
-from .processes import RankProcesses
+from .processes import RankProcesses, interrupts_deferred
 
 # How long ranks get to answer Ctrl-C before they are stopped.
 INTERRUPT_GRACE = 1.0
@@ -78,9 +78,15 @@ class Ranks:
         with self._lock:
             if self.running:
                 return self
-            self._processes = RankProcesses(self.plan, first_job=(protocol.EXEC, "", "<ddp start>"))
             self._stopped_because = None
-            _running.add(self)
+            try:
+                with interrupts_deferred():  # ranks that started are always ours to stop
+                    self._processes = RankProcesses(
+                        self.plan, first_job=(protocol.EXEC, "", "<ddp start>"))
+                    _running.add(self)
+            except BaseException:  # Ctrl-C while they started
+                self._abandon("interrupted while they started")
+                raise
             self._collect(self.plan.timeout)
         return self
 

@@ -367,18 +367,19 @@ class RankProcesses:
         """
         if self._killed:
             return
-        self._killed = True
-        for r in self._ranks:
-            _kill_group(r.process)
-        for r in self._ranks:
-            r.process.join()
-            self._read_output(r)
-            r.control.close()
-            if r.output_pipe is not None:
-                r.output_pipe.close()
-                r.output_pipe = None
-            r.process.close()
-        self._store = None  # closes the store's listening socket
+        with interrupts_deferred():  # half-done, it would leave pipes and zombies
+            self._killed = True
+            for r in self._ranks:
+                _kill_group(r.process)
+            for r in self._ranks:
+                r.process.join()
+                self._read_output(r)
+                r.control.close()
+                if r.output_pipe is not None:
+                    r.output_pipe.close()
+                    r.output_pipe = None
+                r.process.close()
+            self._store = None  # closes the store's listening socket
 
 
 @contextmanager

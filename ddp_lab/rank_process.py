@@ -29,11 +29,15 @@ import queue
 import signal
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from . import protocol, serialize
+
+# How often Ctrl-C is sent again until the job's main thread has seen it.
+CTRL_C_AGAIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class Inbox:
         self._state_lock = threading.Lock()
         self.running = None  # the id of the job the main thread is running
         self._interrupted = 0  # the highest job id the notebook interrupted
+        self.sigints_seen = 0  # how many times the SIGINT handler ran
 
     def put(self, job):
         self._jobs.put(job)
@@ -146,11 +151,23 @@ class Inbox:
         """Ctrl-C for job ``job_id``: now if it runs, at its start if it waits."""
         with self._state_lock:
             self._interrupted = max(self._interrupted, job_id)
-            if self.running == job_id:
-                # As a terminal's Ctrl-C: this rank and what it started. Linux
-                # gives a process's signal to its main thread first, where
-                # Python's handler (below) raises KeyboardInterrupt.
-                os.killpg(os.getpgrp(), signal.SIGINT)
+            if self.running != job_id:
+                return
+        threading.Thread(target=self._ctrl_c_until_seen, args=(job_id,), daemon=True).start()
+
+    def _ctrl_c_until_seen(self, job_id):
+        """Ctrl-C for the running job, again until Python's handler has seen one.
+
+        A signal that arrives just before the main thread enters a blocking
+        call (``time.sleep``, a wait) is noted, but the call does not wake for
+        it, and KeyboardInterrupt would come only when it returns: a terminal
+        user presses Ctrl-C again, and so does this.
+        """
+        seen = self.sigints_seen
+        _ctrl_c_children()
+        while self.running == job_id and self.sigints_seen == seen:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(CTRL_C_AGAIN)
 
     def _send(self, message):
         with self._send_lock:
@@ -320,10 +337,28 @@ def _interrupt_jobs_only(inbox):
     loop, which must go on to reply and take the next job."""
 
     def on_sigint(signum, frame):
+        inbox.sigints_seen += 1
         if inbox.running is not None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_sigint)
+
+
+def _ctrl_c_children():
+    """Ctrl-C for the processes the rank started that are still in its process
+    group (a ``subprocess.run`` child, say), as a terminal's Ctrl-C reaches its
+    whole foreground group. The rank's own main thread gets it by name
+    (``pthread_kill``): a signal sent to the whole process could be taken by
+    another thread (a gloo thread), and would not wake the main thread."""
+    import psutil
+
+    group = os.getpgrp()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if os.getpgid(child.pid) == group:
+                child.send_signal(signal.SIGINT)
+        except (OSError, psutil.Error):  # it just exited
+            pass
 
 
 def _main_thread_stack():
