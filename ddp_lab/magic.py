@@ -11,7 +11,9 @@
     %ddp stop
 
 Line magic commands: ``start N [--backend B] [--nodes K] [--threads T]
-[--timeout S]``, ``stop``, ``restart``, ``status``. The cell magic takes
+[--timeout S]`` (checked before running ranks are replaced), ``stop``,
+``restart``, ``status`` (running or stopped, and why: a rank that died is
+named with its signal). The cell magic takes
 ``--timeout S``. Every cell runs on every rank, in the ranks' own variables
 (``torch``, ``dist``, ``rank``, ``world_size``, ``local_rank`` to begin with).
 """

@@ -14,9 +14,13 @@ from one cell to the next, like ipyparallel's engines::
 The ``%%ddp`` cell magic (``ddp_lab.magic``) is a thin layer over this class.
 
 When a cell fails on some rank while the others finish, the ranks stay
-usable. When ranks are left stuck (waiting in a collective for the rank that
-failed, or past the timeout), they are stopped, and ``restart()`` starts
-fresh ones: their variables are gone.
+usable; ranks merely busy (computing, sleeping) when another failed are
+waited for. Ctrl-C interrupts the cell on every rank, and keeps the ranks.
+When ranks are left stuck (waiting in a collective for the rank that
+failed, deaf to Ctrl-C, or past the timeout), or a rank died, they are
+stopped with a line that says why, and ``restart()`` starts fresh ones:
+their variables are gone. A rank found dead before a call starts is named,
+and the call runs on no rank.
 """
 
 from __future__ import annotations

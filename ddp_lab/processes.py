@@ -197,7 +197,7 @@ class RankProcesses:
         """Ctrl-C for the job in flight, on every rank that has not replied to it."""
         job = self.job
         for r in self._ranks:
-            if r.rank in job.pending:
+            if job is not None and r.rank in job.pending:
                 try:
                     with interrupts_deferred():
                         r.control.send((protocol.INTERRUPT, job.job_id))
@@ -231,7 +231,7 @@ class RankProcesses:
                 break
             if look_at is not None and now >= look_at:
                 where = self._ask_where(job.pending)
-                stuck = {rank for rank, (_, waiting) in where.items() if waiting}
+                stuck = [rank for rank in job.pending if where[rank][1]]  # some replied meanwhile
                 if job.died or stuck or not wait_for_busy:
                     self._give_up(where)
                     break

@@ -158,10 +158,13 @@ class Inbox:
     def _ctrl_c_until_seen(self, job_id):
         """Ctrl-C for the running job, again until Python's handler has seen one.
 
-        A signal that arrives just before the main thread enters a blocking
-        call (``time.sleep``, a wait) is noted, but the call does not wake for
-        it, and KeyboardInterrupt would come only when it returns: a terminal
-        user presses Ctrl-C again, and so does this.
+        SIGINT goes to the main thread by name (``pthread_kill``): sent to the
+        whole process, it could be taken by another thread (a gloo thread,
+        this one), and a main thread blocked in ``time.sleep`` or a wait
+        would not wake. Even so, one that arrives just before the main thread
+        enters such a call is noted but does not wake it, and KeyboardInterrupt
+        would come only when the call returns: a terminal user presses Ctrl-C
+        again, and so does this.
         """
         seen = self.sigints_seen
         _ctrl_c_children()
@@ -347,9 +350,7 @@ def _interrupt_jobs_only(inbox):
 def _ctrl_c_children():
     """Ctrl-C for the processes the rank started that are still in its process
     group (a ``subprocess.run`` child, say), as a terminal's Ctrl-C reaches its
-    whole foreground group. The rank's own main thread gets it by name
-    (``pthread_kill``): a signal sent to the whole process could be taken by
-    another thread (a gloo thread), and would not wake the main thread."""
+    whole foreground group."""
     import psutil
 
     group = os.getpgrp()
