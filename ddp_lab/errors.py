@@ -4,6 +4,9 @@ Each error names the rank (or ranks) it is about, because the first question
 after a failed distributed run is always *which process?*. A launch that runs
 out of time raises an error that is also a built-in ``TimeoutError``, so
 ``except TimeoutError`` catches it like any other timeout.
+
+Each can be pickled (``__reduce__`` gives the arguments back), so it can
+cross a process boundary too: a launch run inside another process pool, say.
 """
 
 from __future__ import annotations
@@ -50,26 +53,50 @@ class RankFailed(LaunchError):
         lines += ["", f"Traceback from rank {rank}:", remote_traceback.rstrip()]
         super().__init__("\n".join(lines))
 
+    def __reduce__(self):
+        return type(self), (self.rank, self.exc_type, self.exc_message, self.remote_traceback,
+                            self.exception, self.other_failures, self.still_running)
+
 
 class RankDied(LaunchError):
     """A rank process ended without reporting a result.
 
     It was killed by a signal (``signal_name`` is set: SIGKILL is what the
     out-of-memory killer sends) or it exited with a code (``os._exit(3)``).
+    With ``between_calls=True`` it died while idle, after one call of
+    persistent ``Ranks`` and before the next, which then ran on no rank.
     """
 
-    def __init__(self, rank, exitcode):
+    def __init__(self, rank, exitcode, between_calls=False):
         self.rank = rank
         self.exitcode = exitcode
+        self.between_calls = between_calls
         self.signal_name = None
         if exitcode is not None and exitcode < 0:
             self.signal_name = _signal_name(-exitcode)
-            how = f"was killed by signal {self.signal_name} ({-exitcode})"
-            if -exitcode == 9:
-                how += "; the kernel's out-of-memory killer sends this one too"
+        how = describe_exit(exitcode)
+        if between_calls:
+            message = (f"rank {rank} {how} after the last call: this call ran on no rank. "
+                       "A process group cannot go on without one of its ranks, so the "
+                       "others were stopped too; ranks.restart() (or %ddp restart) "
+                       "starts fresh ones")
+        elif exitcode is not None and exitcode >= 0:
+            message = f"rank {rank} {how} before returning a result"
         else:
-            how = f"exited with code {exitcode} before returning a result"
-        super().__init__(f"rank {rank} {how}")
+            message = f"rank {rank} {how}"
+        if exitcode == -9:
+            message += "; the kernel's out-of-memory killer sends this one too"
+        super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (self.rank, self.exitcode, self.between_calls)
+
+
+def describe_exit(exitcode):
+    """How a process ended, from its exit code: "was killed by signal SIGKILL (9)"."""
+    if exitcode is not None and exitcode < 0:
+        return f"was killed by signal {_signal_name(-exitcode)} ({-exitcode})"
+    return f"exited with code {exitcode}"
 
 
 class RanksTimedOut(LaunchError, TimeoutError):
@@ -95,6 +122,9 @@ class RanksTimedOut(LaunchError, TimeoutError):
             "joined it: check that every rank calls the same collectives in the same order."
         )
         super().__init__("\n".join(lines))
+
+    def __reduce__(self):
+        return type(self), (self.timeout, self.unfinished)
 
 
 def _signal_name(number):

@@ -16,7 +16,11 @@ an initialised default process group. What the ranks print appears in the
 cell, rank by rank; what they return comes back as a list indexed by rank.
 
 Nothing outlives a launch: when it returns or raises, every rank process has
-exited and the rendezvous port is closed.
+exited and the rendezvous port is closed. So has every process a rank started
+(``subprocess.Popen``, ``os.fork``, DataLoader workers), even one it left
+running when it returned: each rank leads a process group, and the group is
+killed. A process started in a session of its own (``start_new_session=True``,
+``os.setsid()``) has left that group and is out of reach: stop it yourself.
 """
 
 from __future__ import annotations
@@ -24,12 +28,11 @@ from __future__ import annotations
 import linecache
 import sys
 
-from . import serialize
-
-from .errors import RankDied, RankFailed, RanksTimedOut
+from . import protocol, serialize
+from .errors import LaunchError, RankDied, RankFailed, RanksTimedOut
 from .output import render_by_rank
 from .plan import DEFAULT_TIMEOUT, make_plan
-from .processes import RankProcesses
+from .processes import RankProcesses, interrupts_deferred
 
 
 def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
@@ -64,21 +67,41 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
     """
     plan = make_plan(world_size, backend=backend, nodes=nodes, threads=threads,
                      timeout=timeout, init_process_group=init_process_group)
-    job = ("call", pickle_call(fn, args, kwargs))
-    ranks = RankProcesses(plan, first_jobs=[job], source_lines=interactive_sources())
+    job = (protocol.CALL, pickle_call(fn, args, kwargs), {})  # cells' lines go in the setup
+    ranks = None
     try:
+        # Ctrl-C while the ranks start waits until they have (a second at most):
+        # a rank started but not yet known here could not be stopped.
+        with interrupts_deferred():
+            ranks = RankProcesses(plan, first_job=job, source_lines=interactive_sources())
         outcome = ranks.collect(plan.timeout)
         if outcome.ok:
             ranks.close()
         else:
             ranks.kill()
     except BaseException:  # KeyboardInterrupt: stop everything right away
-        ranks.kill()
-        show(ranks.take_output())
+        if ranks is not None:
+            ranks.kill()
+            show(ranks.take_output())
         raise
     show(ranks.take_output())
     raise_for(outcome, plan.timeout)
-    return [serialize.loads(outcome.results[rank]) for rank in range(plan.world_size)]
+    return unpickle_results(outcome, plan.world_size)
+
+
+def unpickle_results(outcome, world_size):
+    """The ranks' values, rank by rank; one that cannot be unpickled is named."""
+    values = []
+    for rank in range(world_size):
+        try:
+            values.append(serialize.loads(outcome.results[rank]))
+        except Exception as error:
+            raise LaunchError(
+                f"the value rank {rank} sent back cannot be unpickled in the notebook: "
+                f"{type(error).__name__}: {error}. Send back plain values (numbers, "
+                "lists, dicts, tensors), or import here the module its class comes "
+                "from") from error
+    return values
 
 
 def pickle_call(fn, args=(), kwargs=None):

@@ -11,7 +11,9 @@
     %ddp stop
 
 Line magic commands: ``start N [--backend B] [--nodes K] [--threads T]
-[--timeout S]``, ``stop``, ``restart``, ``status``. The cell magic takes
+[--timeout S]`` (checked before running ranks are replaced), ``stop``,
+``restart``, ``status`` (running or stopped, and why: a rank that died is
+named with its signal). The cell magic takes
 ``--timeout S``. Every cell runs on every rank, in the ranks' own variables
 (``torch``, ``dist``, ``rank``, ``world_size``, ``local_rank`` to begin with).
 """
@@ -68,15 +70,21 @@ class DDPMagics(Magics):
             print(self.ranks if self.ranks is not None else "no ranks started")
 
     def _start(self, args):
+        """Start new ranks; a typo must not cost the running ones their variables.
+
+        ``Ranks(..., start=False)`` checks every argument and starts nothing,
+        so the running ranks are stopped only once the new ones can start.
+        """
         if args.world_size is None:
             raise ValueError("%ddp start needs the number of ranks, e.g. %ddp start 4")
-        if self.ranks is not None:
-            self.ranks.stop()
         options = {"backend": args.backend, "nodes": args.nodes, "threads": args.threads}
         if args.timeout is not None:
             options["timeout"] = args.timeout
-        self.ranks = Ranks(args.world_size, **options, start=False)
-        self.ranks.start()
+        ranks = Ranks(args.world_size, **options, start=False)
+        if self.ranks is not None:
+            self.ranks.stop()
+        self.ranks = ranks
+        ranks.start()
 
     @cell_magic("ddp")
     def ddp_cell(self, line, cell):

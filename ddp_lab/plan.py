@@ -14,6 +14,13 @@ from dataclasses import dataclass
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEFAULT_TIMEOUT = 60.0
+# Every timeout (a launch's, a Ranks call's, a %%ddp cell's) is at most a
+# week. Waiting on the ranks' pipes counts in milliseconds held in a C int,
+# which overflows past 24.8 days; a week is far beyond any lesson's need.
+MAX_TIMEOUT = 7 * 24 * 3600.0
+# All ranks run on this one machine, one process each.
+MAX_WORLD_SIZE = 256
+MAX_THREADS = 256
 
 
 @dataclass(frozen=True)
@@ -35,25 +42,40 @@ class Plan:
 def make_plan(world_size, *, backend="auto", nodes=1, threads=None,
               timeout=DEFAULT_TIMEOUT, init_process_group=True):
     """Check the arguments of a launch and resolve ``backend="auto"``."""
-    _check_positive_int("world_size", world_size)
+    _check_positive_int("world_size", world_size, MAX_WORLD_SIZE,
+                        "processes on this one machine")
     _check_positive_int("nodes", nodes)
     if world_size % nodes:
         raise ValueError(
             f"world_size={world_size} cannot be split evenly over nodes={nodes}: "
             f"use a nodes value that divides {world_size}")
     if threads is not None:
-        _check_positive_int("threads", threads)
-    if (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
-            or not timeout > 0 or timeout == float("inf")):
-        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+        _check_positive_int("threads", threads, MAX_THREADS, "threads per rank")
+    timeout = check_timeout(timeout)
     return Plan(
         world_size=world_size,
         nodes=nodes,
         backend=choose_backend(backend, world_size),
         threads=threads or threads_per_rank(world_size),
-        timeout=float(timeout),
+        timeout=timeout,
         init_process_group=bool(init_process_group),
     )
+
+
+def check_timeout(timeout, name="timeout"):
+    """The one rule for every timeout: seconds, more than 0, at most ``MAX_TIMEOUT``.
+
+    Checked before anything starts or is sent, so a bad value never leaves
+    ranks running (or stopped) behind a confusing error. Returns it as a float.
+    """
+    if (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+            or not timeout > 0 or timeout == float("inf")):
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {timeout!r} "
+                         f"(and at most {MAX_TIMEOUT:g}, one week)")
+    if timeout > MAX_TIMEOUT:
+        raise ValueError(f"{name} must be at most {MAX_TIMEOUT:g} seconds (one week), "
+                         f"got {timeout!r}")
+    return float(timeout)
 
 
 def choose_backend(backend, world_size):
@@ -102,10 +124,11 @@ def threads_per_rank(world_size):
     """
     configured = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     if configured:  # "4,2" (nested OpenMP levels): the first is the intra-op count
-        if not configured.isdigit() or int(configured) < 1:
+        if not configured.isdigit() or not 1 <= int(configured) <= MAX_THREADS:
             raise ValueError(
-                f"OMP_NUM_THREADS={configured!r} in the environment is not a positive "
-                "whole number of threads: set it to e.g. 1, or unset it to share the cores")
+                f"OMP_NUM_THREADS={configured!r} in the environment is not a whole number "
+                f"of threads from 1 to {MAX_THREADS}: set it to e.g. 1, or unset it to "
+                "share the cores")
         return int(configured)
     return max(1, available_cores() // world_size)
 
@@ -129,9 +152,11 @@ def loopback_interface():
     return None
 
 
-def _check_positive_int(name, value):
+def _check_positive_int(name, value, maximum=None, what=""):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum} ({what}), got {value!r}")
 
 
 _said = set()

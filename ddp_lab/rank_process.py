@@ -10,11 +10,13 @@ The launcher (``ddp_lab.processes``) starts one process per rank with
    the CPU threads;
 4. joins the default process group, if asked to;
 5. runs the jobs the notebook sends it (a function to call, a cell to
-   execute, variables to send back) and replies to each, until told to exit.
+   execute, variables to send back) and replies to each, with the job's id,
+   until told to exit (``ddp_lab.protocol`` lists every message).
 
 A helper thread reads the messages from the notebook. It answers "where are
 you?" questions with the main thread's stack, even while the main thread is
-stuck in a collective, and it stops the rank if the notebook goes away.
+stuck in a collective, turns an ``interrupt`` into Ctrl-C for the job it
+names, and stops the rank if the notebook goes away.
 """
 
 from __future__ import annotations
@@ -27,11 +29,15 @@ import queue
 import signal
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from . import serialize
+from . import protocol, serialize
+
+# How often Ctrl-C is sent again until the job's main thread has seen it.
+CTRL_C_AGAIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class RankSetup:
     source_lines: dict = field(default_factory=dict)
 
 
-def rank_main(setup, control, output, first_jobs=()):
+def rank_main(setup, control, output, first_job=None):
     """Entry point of a rank process (the target given to multiprocessing)."""
     _lead_own_process_group()
     _send_stdio_to(output)
@@ -58,8 +64,8 @@ def rank_main(setup, control, output, first_jobs=()):
     _remember_sources(setup.source_lines)
 
     inbox = Inbox(control)
-    for job in first_jobs:
-        inbox.put(job)
+    if first_job is not None:
+        inbox.put(first_job)
     _interrupt_jobs_only(inbox)
     inbox.start()
 
@@ -67,23 +73,35 @@ def rank_main(setup, control, output, first_jobs=()):
     namespace = _cell_namespace(setup)
     while True:
         job = inbox.get()
-        if job[0] == "exit":
+        if job[0] == protocol.EXIT:
             break
+        job_id = job[1]
         if startup_error is not None:
-            inbox.reply(startup_error)
-            continue
-        inbox.reply(inbox.run_job(lambda: _run(job, namespace)))
+            kind, payload = startup_error
+        else:
+            kind, payload = inbox.run_job(job_id, lambda: _run(job, namespace))
+        inbox.reply(kind, job_id, payload)
     leave_process_group()
 
 
 class Inbox:
-    """The rank's line to the notebook: jobs in, replies and stacks out."""
+    """The rank's line to the notebook: jobs in, replies and stacks out.
+
+    A reader thread takes every message off the pipe as it comes. Jobs go
+    into a queue for the main thread; ``where`` and ``interrupt`` are
+    handled by the reader itself, so they work while a job runs (or hangs).
+    """
 
     def __init__(self, control):
         self._control = control
         self._jobs = queue.Queue()
         self._send_lock = threading.Lock()
-        self.job_running = False
+        # ``running`` and ``_interrupted`` change together: an interrupt that
+        # arrives just before its job starts must still stop it.
+        self._state_lock = threading.Lock()
+        self.running = None  # the id of the job the main thread is running
+        self._interrupted = 0  # the highest job id the notebook interrupted
+        self.sigints_seen = 0  # how many times the SIGINT handler ran
 
     def put(self, job):
         self._jobs.put(job)
@@ -94,19 +112,23 @@ class Inbox:
     def start(self):
         threading.Thread(target=self._read, name="ddp_lab-inbox", daemon=True).start()
 
-    def reply(self, message):
+    def reply(self, kind, job_id, payload):
         _flush_all_output()
-        with self._send_lock:
-            self._control.send(message)
+        self._send((kind, job_id, payload))
 
-    def run_job(self, job):
-        self.job_running = True
+    def run_job(self, job_id, work):
+        """Run one job; Ctrl-C while it runs, or before it started, is its failure."""
         try:
-            return job()
+            try:
+                with self._state_lock:
+                    if job_id <= self._interrupted:
+                        raise KeyboardInterrupt("interrupted before it started on this rank")
+                    self.running = job_id
+                return work()
+            finally:
+                self.running = None
         except KeyboardInterrupt:
             return _failure_reply(*sys.exc_info())
-        finally:
-            self.job_running = False
 
     def _read(self):
         while True:
@@ -114,36 +136,73 @@ class Inbox:
                 message = self._control.recv()
             except (EOFError, OSError):
                 _stop_everything_here()  # the notebook is gone
-            if message[0] == "where":
-                with self._send_lock:
-                    self._control.send(("stack", _main_thread_stack()))
+            except BaseException:  # unreadable: this pipe is out of step for good
+                traceback.print_exc()
+                _flush_all_output()
+                _stop_everything_here()
+            if message[0] == protocol.WHERE:
+                self._send((protocol.STACK, message[1], _main_thread_stack()))
+            elif message[0] == protocol.INTERRUPT:
+                self._interrupt(message[1])
             else:
                 self._jobs.put(message)
 
+    def _interrupt(self, job_id):
+        """Ctrl-C for job ``job_id``: now if it runs, at its start if it waits."""
+        with self._state_lock:
+            self._interrupted = max(self._interrupted, job_id)
+            if self.running != job_id:
+                return
+        threading.Thread(target=self._ctrl_c_until_seen, args=(job_id,), daemon=True).start()
+
+    def _ctrl_c_until_seen(self, job_id):
+        """Ctrl-C for the running job, again until Python's handler has seen one.
+
+        SIGINT goes to the main thread by name (``pthread_kill``): sent to the
+        whole process, it could be taken by another thread (a gloo thread,
+        this one), and a main thread blocked in ``time.sleep`` or a wait
+        would not wake. Even so, one that arrives just before the main thread
+        enters such a call is noted but does not wake it, and KeyboardInterrupt
+        would come only when the call returns: a terminal user presses Ctrl-C
+        again, and so does this.
+        """
+        seen = self.sigints_seen
+        _ctrl_c_children()
+        while self.running == job_id and self.sigints_seen == seen:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(CTRL_C_AGAIN)
+
+    def _send(self, message):
+        with self._send_lock:
+            self._control.send(message)
+
 
 def _run(job, namespace):
-    """Run one job and build the reply; exceptions become a 'failed' reply."""
-    kind = job[0]
+    """Run one job; return the reply's kind and payload (exceptions: 'failed')."""
+    kind, _job_id, *fields = job
     try:
-        if kind == "call":
-            _remember_sources(job[2] if len(job) > 2 else {})
-            fn, args, kwargs = serialize.loads(job[1])
+        if kind == protocol.CALL:
+            pickled_call, source_lines = fields
+            _remember_sources(source_lines)
+            fn, args, kwargs = serialize.loads(pickled_call)
             result = fn(*args, **kwargs)
-        elif kind == "exec":
-            result = _execute_cell(job[1], job[2], namespace)
-        elif kind == "pull":
-            result = {name: namespace[name] for name in job[1]}
+        elif kind == protocol.EXEC:
+            source, filename = fields
+            result = _execute_cell(source, filename, namespace)
+        elif kind == protocol.PULL:
+            (names,) = fields
+            result = {name: namespace[name] for name in names}
         else:
             raise ValueError(f"unknown job kind {kind!r}")
     except BaseException:  # SystemExit and KeyboardInterrupt are reported too
         return _failure_reply(*sys.exc_info())
     try:
-        return ("done", serialize.dumps(result))
+        return protocol.DONE, serialize.dumps(result)
     except Exception as error:
-        what = "the return value" if kind == "call" else "the value"
+        what = "the return value" if kind == protocol.CALL else "the value"
         return _failure_reply(TypeError, TypeError(
             f"{what} ({type(result).__name__}) cannot be pickled back to the "
-            f"notebook: {error}"), None)
+            f"notebook: {_safe_str(error)}"), None)
 
 
 def _remember_sources(source_lines):
@@ -175,12 +234,20 @@ def _failure_reply(exc_type, exc, tb):
         pickled = serialize.dumps(exc)
     except Exception:
         pickled = None
-    return ("failed", {
+    return protocol.FAILED, {
         "exc_type": exc_type.__name__,
-        "message": str(exc),
+        "message": _safe_str(exc),
         "traceback": text,
         "exception": pickled,
-    })
+    }
+
+
+def _safe_str(exc):
+    """``str(exc)``, even for an exception whose ``__str__`` itself raises."""
+    try:
+        return str(exc)
+    except BaseException as error:
+        return f"<str() of this exception raised {type(error).__name__}>"
 
 
 def _cell_namespace(setup):
@@ -201,8 +268,8 @@ def _cell_namespace(setup):
 def _start_process_group(setup):
     """Join the default group as torchrun's workers do (``env://``).
 
-    Returns a 'failed' reply if that goes wrong, so the error reaches the
-    notebook as the answer to the first job instead of killing the rank.
+    Returns a 'failed' reply (kind, payload) if that goes wrong, so the error
+    reaches the notebook as the answer to every job instead of killing the rank.
     """
     if not setup.init_process_group:
         return None
@@ -269,13 +336,30 @@ def _use_threads(threads):
 
 
 def _interrupt_jobs_only(inbox):
-    """Ctrl-C (SIGINT from the notebook) stops a running job, nothing else."""
+    """Ctrl-C (SIGINT) stops a running job, nothing else: not the rank's own
+    loop, which must go on to reply and take the next job."""
 
     def on_sigint(signum, frame):
-        if inbox.job_running:
+        inbox.sigints_seen += 1
+        if inbox.running is not None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_sigint)
+
+
+def _ctrl_c_children():
+    """Ctrl-C for the processes the rank started that are still in its process
+    group (a ``subprocess.run`` child, say), as a terminal's Ctrl-C reaches its
+    whole foreground group."""
+    import psutil
+
+    group = os.getpgrp()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if os.getpgid(child.pid) == group:
+                child.send_signal(signal.SIGINT)
+        except (OSError, psutil.Error):  # it just exited
+            pass
 
 
 def _main_thread_stack():

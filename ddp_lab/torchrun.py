@@ -17,7 +17,8 @@ Everything stays on loopback: the rendezvous listens on 127.0.0.1, gloo binds
 to the loopback interface (``GLOO_SOCKET_IFNAME``) and ports are picked free
 by the operating system. An agent still running when a call ends (a
 timeout, an error, an interrupted notebook) is stopped together with its
-workers, so no process outlives a call.
+workers, so no process outlives a call. So are the workers of an agent that
+died first (killed, say): they would run on, holding its output open.
 
 What the workers print goes to the agent's stdout and stderr; torchrun's own
 log lines (restarts, exit codes) go to stderr. A script that prefixes its
@@ -48,6 +49,13 @@ RANK_LINE = re.compile(r"^\[rank (\d+)\] ")
 # A fresh rendezvous store for each attempt: see loopback_environment.
 RESTART_SAFE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")  # glog: level, date, time
+# Every process of one agent (the agent, its workers, what they start) carries
+# this variable, set to a value of its own: found by it, a worker is found
+# even after its agent died and it was handed to another parent.
+RUN_TAG = "DDP_LAB_TORCHRUN_TAG"
+# How long the workers of an agent that exited may keep its output open
+# before they are taken for orphans and stopped.
+ORPHAN_GRACE = 1.0
 
 
 @dataclass(frozen=True)
@@ -236,16 +244,17 @@ def run_together(commands, *, env=None, envs=None, cwd=None, timeout=120.0) -> l
     if len(envs) != len(commands):
         raise ValueError(f"envs has {len(envs)} entries for {len(commands)} commands")
     environment = loopback_environment(env)
+    tags = [f"{os.getpid()}-{time.monotonic_ns()}-{i}" for i in range(len(commands))]
     processes = []
     try:
-        for command, own in zip(commands, envs):
+        for command, own, tag in zip(commands, envs, tags):
             processes.append(subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                env={**environment, **own}, cwd=cwd, start_new_session=True))
-        outputs = _communicate_all(processes, timeout)
+                env={**environment, **own, RUN_TAG: tag}, cwd=cwd, start_new_session=True))
+        outputs = _communicate_all(processes, timeout, tags)
     finally:
-        for process in processes:
-            _stop(process)
+        for process, tag in zip(processes, tags):
+            _stop(process, tag)
     return [TorchrunRun(tuple(process.args), process.returncode, out, err)
             for process, (out, err) in zip(processes, outputs)]
 
@@ -273,12 +282,17 @@ def run_two_nodes(script, args=(), *, nproc_per_node=2, rdzv_id="ddp-lab", env=N
     return run_together(commands, env=env, cwd=cwd, timeout=timeout)
 
 
-def _communicate_all(processes, timeout):
+def _communicate_all(processes, timeout, tags):
     """Read every process's output to the end, within one shared deadline.
 
     One thread per process drains its pipes: two agents of one job wait for
     each other, so an agent blocked on a full pipe while we read the other
     one would stall both.
+
+    The output ends when every process holding the pipes has exited, not
+    just the agent: an agent that was killed leaves its workers running (each
+    in a session of its own), and they keep writing to its output. Those are
+    stopped ``ORPHAN_GRACE`` seconds after their agent is gone.
     """
     outputs = [("", "")] * len(processes)
 
@@ -289,43 +303,69 @@ def _communicate_all(processes, timeout):
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    still = [shlex.join(p.args[3:]) for p in processes if p.poll() is None]
-    if still:
-        raise TimeoutError(f"torchrun still running after {timeout:g} s: {still}")
-    for thread in threads:  # the processes have exited: their pipes close
-        thread.join()
+    agent_gone = {}  # index -> when its agent was seen to have exited
+    while any(thread.is_alive() for thread in threads):
+        now = time.monotonic()
+        if now >= deadline:
+            still = [shlex.join(p.args[3:]) for p, t in zip(processes, threads) if t.is_alive()]
+            raise TimeoutError(f"torchrun still running after {timeout:g} s: {still}")
+        for i, (process, thread) in enumerate(zip(processes, threads)):
+            if thread.is_alive() and process.poll() is not None:
+                if now - agent_gone.setdefault(i, now) >= ORPHAN_GRACE:
+                    _kill_all(_processes_tagged(tags[i]))  # their output ends with them
+        alive = next(thread for thread in threads if thread.is_alive())
+        alive.join(min(0.1, deadline - now))
     return outputs
 
 
-def _stop(process, grace: float = 5.0):
+def _stop(process, tag, grace: float = 5.0):
     """Stop an agent that is still running, and every process it started.
 
     torchrun starts each worker in a session of its own, so the agent's
     session does not hold them: the workers are listed (with psutil) before
     anything is stopped. The agent gets SIGTERM first, on which torchrun
     stops its workers itself; whatever is still alive after ``grace``
-    seconds is killed.
+    seconds is killed. Last, any process still carrying the agent's
+    ``RUN_TAG`` is killed: workers of an agent that died before them.
     """
-    if process.poll() is not None:  # it exited: torchrun waits for its workers before it exits
-        return
-    family = _descendants(process.pid)
-    process.terminate()
-    try:
-        process.wait(grace)
-    except subprocess.TimeoutExpired:
-        pass
-    for member in family:
+    if process.poll() is None:
+        family = _descendants(process.pid)
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_all(family)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # the agent and anything left in its session
+        except (ProcessLookupError, PermissionError):
+            pass
+        process.wait()
+    _kill_all(_processes_tagged(tag))
+
+
+def _kill_all(members):
+    for member in members:
         try:
             member.kill()  # psutil checks the process is still the same one (no reused pid)
         except Exception:  # already gone
             pass
+
+
+def _processes_tagged(tag):
+    """The processes whose environment has ``RUN_TAG=tag`` (empty without psutil)."""
     try:
-        os.killpg(process.pid, signal.SIGKILL)  # the agent and anything left in its session
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
+        import psutil
+    except ImportError:
+        return []
+    tagged = []
+    for candidate in psutil.process_iter():
+        try:
+            if candidate.environ().get(RUN_TAG) == tag:
+                tagged.append(candidate)
+        except psutil.Error:  # gone, a zombie, or another user's
+            pass
+    return tagged
 
 
 def _descendants(pid: int) -> list:

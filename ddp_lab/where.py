@@ -15,6 +15,7 @@ import os
 import torch
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_DISTRIBUTED_DIR = os.path.join(_TORCH_DIR, "distributed") + os.sep
 _DDP_LAB_DIR = os.path.dirname(__file__) + os.sep
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 
@@ -35,6 +36,16 @@ def describe_where(frames):
     if torch_call:
         return f"waiting in {torch_call}, called from {place}"
     return f"running {place}"
+
+
+def waits_in_torch_distributed(frames):
+    """Whether the stack is inside torch.distributed: in a collective, a
+    send/recv or the rendezvous, which other ranks must join to end it.
+
+    After a rank failed, such a rank is stuck (the failed one will never
+    join), while a rank that is computing or sleeping will finish.
+    """
+    return any(filename.startswith(_DISTRIBUTED_DIR) for filename, *_ in frames)
 
 
 def _outermost_torch_call(frames, after):

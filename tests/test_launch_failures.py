@@ -136,7 +136,11 @@ BAD_INPUTS = [
     (dict(nodes=3), ValueError, "world_size=4 cannot be split evenly over nodes=3"),
     (dict(timeout=0), ValueError, "timeout must be a finite number of seconds > 0, got 0"),
     (dict(timeout=float("inf")), ValueError, "got inf"),
+    (dict(timeout=-1), ValueError, "timeout must be a finite number of seconds > 0, got -1"),
+    (dict(timeout=2.2e6), ValueError, r"timeout must be at most 604800 seconds \(one week\), got 2200000.0"),
+    (dict(world_size=10**6), ValueError, r"world_size must be at most 256 \(processes on this one machine\)"),
     (dict(threads=0), ValueError, "threads must be a positive int, got 0"),
+    (dict(threads=10**6), ValueError, r"threads must be at most 256 \(threads per rank\), got 1000000"),
     (dict(fn=42), TypeError, "fn must be callable"),
     (dict(args=5), TypeError, "args must be a tuple, got int"),
     (dict(args=(1, threading.Lock())), TypeError, r"args\[1\] \(lock\) cannot be pickled"),
@@ -180,3 +184,100 @@ def test_code_piped_into_python_gets_a_clear_error_instead_of_dead_ranks():
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
     assert "cannot start ranks from code whose __main__ is '<stdin>'" in run.stderr
+
+
+def still_running(pids):
+    import psutil
+
+    def running(pid):
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 5
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [pid for pid in pids if running(pid)]
+
+
+def start_two_children():
+    """A subprocess and a fork of this process, both left running."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "300"])
+    forked = os.fork()
+    if forked == 0:
+        time.sleep(300)
+        os._exit(0)
+    return [child.pid, forked]
+
+
+def test_processes_a_rank_started_do_not_outlive_a_successful_launch():
+    pids = [pid for pair in ddp_lab.launch(start_two_children, 2) for pid in pair]
+    assert still_running(pids) == []
+    with ddp_lab.Ranks(2, backend="gloo") as ranks:
+        pids = [pid for pair in ranks.run(start_two_children) for pid in pair]
+    assert still_running(pids) == []
+
+
+def test_a_script_without_the_main_guard_is_told_so_before_any_rank_starts(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "no_guard.py"
+    script.write_text("import os, ddp_lab\nprint(ddp_lab.launch(os.getpid, 2))\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert (f"{script} starts ranks from its top-level code, line 2, without the "
+            '`if __name__ == "__main__":` guard') in run.stderr
+    assert "RankDied" not in run.stderr
+
+
+class StrFails(Exception):
+    def __str__(self):
+        raise RuntimeError("no words")
+
+
+def test_an_exception_whose_str_raises_is_reported_as_a_failure_of_the_users_code():
+    def work():
+        raise StrFails()
+
+    with pytest.raises(ddp_lab.RankFailed) as caught:
+        ddp_lab.launch(work, 2)
+    assert caught.value.exc_type == "StrFails"
+    assert "str() of this exception raised RuntimeError" in caught.value.exc_message
+    assert "in work" in caught.value.remote_traceback
+    assert "rank_process.py" not in caught.value.remote_traceback
+
+
+def only_in_a_rank():
+    if "RANK" not in os.environ:
+        raise ValueError("made only for the ranks")
+    return "fine"
+
+
+class ReadOnlyInRanks:
+    def __reduce__(self):
+        return only_in_a_rank, ()
+
+
+def test_a_value_the_notebook_cannot_unpickle_names_its_rank():
+    def work():
+        return ReadOnlyInRanks() if dist.get_rank() == 1 else 0
+
+    with pytest.raises(ddp_lab.LaunchError, match="the value rank 1 sent back cannot be unpickled "
+                                                  "in the notebook: ValueError: made only for the ranks"):
+        ddp_lab.launch(work, 2)
+
+
+def test_the_errors_can_be_pickled():
+    import pickle
+
+    errors = [ddp_lab.RankFailed(1, "ValueError", "bad", "Traceback ...", other_failures={2: "ValueError: bad"},
+                                 still_running={0: "waiting in barrier()"}),
+              ddp_lab.RankDied(1, -9), ddp_lab.RankDied(0, -11, between_calls=True),
+              ddp_lab.RanksTimedOut(2.0, {0: "waiting in all_reduce()"})]
+    for error in errors:
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)

@@ -62,3 +62,21 @@ def test_free_port_and_book_scripts():
         script_function(path, "nope")
     with pytest.raises(ValueError, match="envs has 1 entries for 2 commands"):
         run_together([["true"], ["true"]], envs=[{}])
+
+
+def test_the_workers_of_a_killed_agent_are_stopped_and_the_timeout_holds():
+    # The agent dies while its worker (in a session of its own, holding the
+    # agent's output open) runs on: the call must not wait for the worker.
+    agent = [sys.executable, "-c",
+             "import os, signal, subprocess, sys, time\n"
+             "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+             "print(worker.pid, flush=True)\n"
+             "time.sleep(0.5)\n"
+             "os.kill(os.getpid(), signal.SIGKILL)"]
+    start = time.monotonic()
+    [run] = run_together([agent], timeout=15)
+    assert time.monotonic() - start < 10
+    assert run.returncode == -9
+    worker = int(run.stdout.split()[0])
+    time.sleep(0.2)
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE

@@ -1,0 +1,106 @@
+"""The %ddp magics in a real Jupyter kernel, interrupted as a reader interrupts it (issue 19).
+
+One kernel serves every test here; each test starts its own ranks.
+"""
+
+import os
+import signal
+import time
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+
+class Kernel:
+    def __init__(self):
+        self.manager, self.client = start_new_kernel()
+
+    def run(self, code, *, interrupt_at=(), timeout=60):
+        """Run a cell, interrupting the kernel at each time (seconds after it started).
+
+        Returns (status, what it printed, the name of the exception or None).
+        """
+        msg_id = self.client.execute(code)
+        start = time.monotonic()
+        for at in interrupt_at:
+            time.sleep(max(0.0, start + at - time.monotonic()))
+            self.manager.interrupt_kernel()
+        printed, error = [], None
+        while True:
+            message = self.client.get_iopub_msg(timeout=timeout)
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = message["msg_type"], message["content"]
+            if kind == "stream":
+                printed.append(content["text"])
+            elif kind == "error":
+                error = content["ename"]
+                printed.append(content["evalue"])
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+        return ("error" if error else "ok"), "".join(printed), error
+
+    def ok(self, code):
+        status, printed, error = self.run(code)
+        assert status == "ok", printed
+        return printed
+
+    def close(self):
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    started = Kernel()
+    started.ok("%load_ext ddp_lab")
+    yield started
+    started.ok("%ddp stop")
+    started.close()
+
+
+EACH_RANK = "[rank 0] {}\n[rank 1] {}\n"
+
+
+def test_a_typo_in_ddp_start_keeps_the_running_ranks(kernel):
+    kernel.ok("%ddp start 2 --backend gloo")
+    kernel.ok("%%ddp\nx = rank * 10")
+    assert kernel.run("%ddp start 0")[1:] == ("world_size must be a positive int, got 0", "ValueError")
+    status, printed, error = kernel.run("%ddp start 2 --backend mpi")
+    assert error == "ValueError" and "unknown backend 'mpi'" in printed
+    assert kernel.ok("%%ddp\nx") == EACH_RANK.format(0, 10)
+
+
+def test_ctrl_c_after_one_rank_finished_keeps_the_ranks(kernel):
+    kernel.ok("%ddp start 2 --backend gloo")
+    status, printed, error = kernel.run(
+        "%%ddp\nimport time\ny = rank\ntime.sleep(0.05 if rank == 0 else 3600)", interrupt_at=[1.0])
+    assert error == "KeyboardInterrupt" and "stopped" not in printed
+    assert kernel.ok("%%ddp\ny") == EACH_RANK.format(0, 1)
+
+
+def test_a_second_ctrl_c_does_not_shift_the_replies_onto_the_next_cell(kernel):
+    kernel.ok("%ddp start 2 --backend gloo")
+    slow_to_stop = ("%%ddp\nimport time\ntry:\n    time.sleep(3600)\n"
+                    "except KeyboardInterrupt:\n    time.sleep(0.3)\n    raise")
+    assert kernel.run(slow_to_stop, interrupt_at=[1.0, 1.05])[2] == "KeyboardInterrupt"
+    assert kernel.ok("%%ddp\nrank") == EACH_RANK.format(0, 1)
+    assert kernel.ok("%%ddp\nrank + 1") == EACH_RANK.format(1, 2)
+
+
+def test_a_rank_killed_between_cells_is_named_and_the_cell_runs_nowhere(kernel, tmp_path):
+    kernel.ok("%ddp start 2 --backend gloo")
+    pids = [int(line.split()[-1]) for line in kernel.ok("%%ddp\nimport os\nos.getpid()").splitlines()]
+    os.kill(pids[1], signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while "SIGKILL" not in (status := kernel.ok("%ddp status")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "rank 1 was killed by signal SIGKILL (9)" in status and "%ddp restart" in status
+    status, printed, error = kernel.run(f"%%ddp\nopen(r'{tmp_path}/ran-on-' + str(rank), 'w').close()")
+    assert error == "RankDied"
+    assert "rank 1 was killed by signal SIGKILL (9) after the last call: this call ran on no rank" in printed
+    assert "%ddp restart" in printed
+    assert list(tmp_path.iterdir()) == []
+    assert "stopped (rank 1 was killed by signal SIGKILL" in kernel.ok("%ddp status")
+    kernel.ok("%ddp restart")
+    assert kernel.ok("%%ddp\nrank") == EACH_RANK.format(0, 1)
