@@ -12,8 +12,10 @@ that differ between machines change:
   ``mkl_serv_intel_cpu_true()``; a two-line library loaded with
   ``LD_PRELOAD`` answers yes. (On an Intel machine, the variant changes
   nothing.)
-* ``avx2-only``: the CPU has no AVX-512 as far as MKL and oneDNN are
-  concerned (``MKL_ENABLE_INSTRUCTIONS=AVX2``, ``ONEDNN_MAX_CPU_ISA=AVX2``);
+* ``avx2-only``: an Intel CPU without AVX-512: MKL told it is on Intel (as
+  above) and limited to AVX2 (``MKL_ENABLE_INSTRUCTIONS=AVX2``), oneDNN too
+  (``ONEDNN_MAX_CPU_ISA=AVX2``). Without the shim MKL ignores the limit on
+  an AMD CPU, whose generic branch has no AVX-512 kernels to give up;
 * ``one-core``: a machine with one core (``taskset``-style CPU affinity), so
   the default threads per rank change;
 * ``other-shell``: the reader's shell sets ``OMP_NUM_THREADS=3`` and
@@ -27,6 +29,10 @@ Usage, from the repository root (a few minutes per variant)::
     python tools/cpu_variants.py                      # every variant, the notebooks with numbers
     python tools/cpu_variants.py --variants pinned one-core book/part3_ddp/10_training_loop.ipynb
 
+Before each variant's nbval run it prints what MKL runs under it, unpinned
+and with the book's pins (``what_mkl_runs``): the kernel branch MKL names
+with ``MKL_VERBOSE=1``, its reproducibility mode and its thread count; so the
+log shows that the variant reached other kernels, not just other settings.
 Exits 0 when nbval passes under every variant, 1 otherwise.
 """
 
@@ -44,6 +50,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+from reproducible_numerics import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports nothing)
 
 FAKE_INTEL_MKL = """
 int mkl_serv_intel_cpu_true(void) { return 1; }
@@ -51,6 +59,13 @@ int mkl_serv_intel_cpu(void) { return 1; }
 """
 
 EARLY_FORKSERVER = "import ddp_lab\nddp_lab.start_forkserver()\n"
+
+# One small matrix product with MKL_VERBOSE=1: MKL names the kernel branch it
+# chose ("... for Intel(R) 64 architecture <branch>, Lnx ...") and, per call,
+# its reproducibility mode (CNR:...) and thread count (NThr:...).
+MKL_PROBE = "import torch; a = torch.randn(64, 64); a @ a"
+_MKL_BRANCH = re.compile(r"architecture (.*?), Lnx")
+_MKL_CALL = re.compile(r"CNR:(\S+).*NThr:(\d+)")
 
 # A number with two or more decimals in an output nbval compares.
 _NUMBER = re.compile(r"\b\d+\.\d{2,}\b")
@@ -88,6 +103,7 @@ def variants(workdir):
     shim = _fake_intel_mkl(workdir)
     if shim is not None:
         table["mkl-thinks-intel"] = ({"LD_PRELOAD": str(shim)}, None)
+        table["avx2-only"][0]["LD_PRELOAD"] = str(shim)
     return table
 
 
@@ -107,6 +123,30 @@ def _ipython_dir_starting_the_forkserver(workdir):
     startup.mkdir(parents=True)
     (startup / "00-forkserver.py").write_text(EARLY_FORKSERVER)
     return workdir / "ipython"
+
+
+def what_mkl_runs(env_changes, cores, pinned):
+    """The branch, reproducibility mode and threads MKL uses under a variant.
+
+    ``pinned``: with the book's settings on top, as conftest.py applies them
+    in the tests; otherwise the variant's environment alone (what MKL would
+    pick by itself). Shows that a variant reaches other kernels: on an AMD
+    CPU MKL runs its generic branch, told it is on Intel its SSE2 branch
+    under MKL_CBWR=COMPATIBLE and AVX-512 without it.
+    """
+    env = {**os.environ, **env_changes, "MKL_VERBOSE": "1"}
+    if pinned:
+        env.update(REPRODUCIBLE_NUMERICS)
+    else:
+        for name in REPRODUCIBLE_NUMERICS:
+            if name not in env_changes:
+                env.pop(name, None)
+    result = subprocess.run([sys.executable, "-c", MKL_PROBE], env=env, capture_output=True, text=True,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
+    branch, call = _MKL_BRANCH.search(result.stdout), _MKL_CALL.search(result.stdout)
+    if not (branch and call):
+        return "MKL said nothing (is this torch built with MKL?)"
+    return f"{branch.group(1)}, CNR:{call.group(1)}, {call.group(2)} thread(s)"
 
 
 def run_variant(name, env_changes, cores, notebooks):
@@ -143,9 +183,11 @@ def main(argv=None):
         outcomes = {}
         for name in names:
             env_changes, cores = table[name]
+            print(f"{name:>17}: MKL unpinned: {what_mkl_runs(env_changes, cores, pinned=False)}\n"
+                  f"{'':>17}  MKL in the tests: {what_mkl_runs(env_changes, cores, pinned=True)}", flush=True)
             ok, last, seconds = run_variant(name, env_changes, cores, notebooks)
             outcomes[name] = ok
-            print(f"{name:>17}: {'passed' if ok else 'FAILED'}  ({last}; {seconds:.0f} s)", flush=True)
+            print(f"{'':>17}  nbval: {'passed' if ok else 'FAILED'}  ({last}; {seconds:.0f} s)", flush=True)
     return 0 if all(outcomes.values()) else 1
 
 

@@ -10,9 +10,12 @@ on a CPU, each measured on chapter 10's training run (final weights hashed,
   Intel CPU, a generic one on an AMD CPU, and each sums in its own order
   (three different sets of weights, two different printed accuracies,
   0.873 and 0.880, after 4 epochs). ``MKL_CBWR=COMPATIBLE`` makes MKL take
-  the one branch it keeps identical on every x86-64 CPU (Intel's "conditional
+  the branch it keeps identical on every x86-64 CPU (Intel's "conditional
   numerical reproducibility"; its strict mode exists only for the AVX2 and
-  AVX-512 branches, which an AMD CPU does not get).
+  AVX-512 branches, which an AMD CPU does not get). ``MKL_VERBOSE=1`` names
+  the branch: under COMPATIBLE, on this AMD CPU, MKL runs its generic one, and
+  told it is on an Intel CPU (``tools/cpu_variants.py``) its SSE2 one; the
+  two gave bit-identical weights.
 * **The number of threads.** MKL's reproducible mode holds only for a fixed
   thread count, and a launch gives each rank the machine's cores shared
   between the ranks: 3, 5, 6 or 7 threads per rank gave other weights than
