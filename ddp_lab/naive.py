@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from .ring import check_all_reduce_arguments
+from ddp_lab.ring import check_all_reduce_arguments
 
 ROOT = 0
 

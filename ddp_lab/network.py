@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .cost import collective_time
+from ddp_lab.cost import collective_time
 
 __all__ = ["Link", "LINKS", "interfaces", "RankSockets", "rank_sockets", "allreduce_seconds"]
 

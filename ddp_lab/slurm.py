@@ -348,7 +348,7 @@ def srun_here(command, *, nodes: int = 2, tasks_per_node: int = 2, job_id: int =
     port is a free one, passed as ``MASTER_PORT``. Returns one
     :class:`ddp_lab.torchrun.TorchrunRun` per task, in task order.
     """
-    from .torchrun import free_port, run_together
+    from ddp_lab.torchrun import free_port, run_together
 
     for name, value in (("nodes", nodes), ("tasks_per_node", tasks_per_node)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .plan import loopback_interface
+from ddp_lab.host import loopback_interface
 
 __all__ = ["TorchrunRun", "free_port", "torchrun_command", "run_torchrun", "run_two_nodes", "run_together",
            "script_function", "book_script", "RESTART_SAFE"]

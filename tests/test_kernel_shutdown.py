@@ -1,6 +1,6 @@
 """A Jupyter kernel that launched ranks shuts down at once and leaves nothing.
 
-Without ddp_lab.kernel_shutdown, ipykernel waited 29 s for the forkserver and
+Without ddp_lab.launcher.shutdown, ipykernel waited 29 s for the forkserver and
 the resource tracker, two children it never collects.
 """
 
@@ -66,7 +66,7 @@ def wait_until_gone(pids, seconds=10.0):
 def test_a_kernel_told_to_shut_down_freezes_its_objects_so_exit_skips_collecting_them():
     # What ddp_lab does when the shell's exit_now turns True, in a fresh Python.
     code = ("import gc, torch\n"
-            "from ddp_lab.kernel_shutdown import _stop_helpers\n"
+            "from ddp_lab.launcher.shutdown import _stop_helpers\n"
             "before = gc.get_freeze_count()\n"
             "_stop_helpers({'new': True})\n"
             "print(before, gc.get_freeze_count())")

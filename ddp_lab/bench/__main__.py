@@ -9,7 +9,7 @@
 import argparse
 import sys
 
-from . import allreduce, collectives, launch_speed, training
+from ddp_lab.bench import allreduce, collectives, launch_speed, training
 
 
 # These take their own options, --help included.

@@ -24,8 +24,8 @@ import torch.distributed as dist
 import torch.multiprocessing
 
 import ddp_lab
-from ddp_lab.plan import available_cores
-from ddp_lab.rank_process import leave_process_group
+from ddp_lab.host import available_cores
+from ddp_lab.launcher.worker import leave_process_group
 
 
 def trivial_all_reduce():
@@ -66,7 +66,7 @@ def _forked_rank(rank, world_size, port, results, skip_gloo_teardown):
 
 def time_plain_fork(world_size, skip_gloo_teardown=False):
     """A plain fork launcher. With ``skip_gloo_teardown`` its ranks leave gloo's
-    slow teardown to the process exit, as ddp_lab's ranks do (rank_process.py)."""
+    slow teardown to the process exit, as ddp_lab's ranks do (launcher/worker.py)."""
     context = multiprocessing.get_context("fork")
     start = time.perf_counter()
     port = _free_port()

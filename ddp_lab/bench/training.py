@@ -30,7 +30,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import ddp_lab
-from ddp_lab.plan import available_cores
+from ddp_lab.host import available_cores
 
 __all__ = ["Throughput", "measure", "measure_speedup", "format_table", "main"]
 

@@ -33,12 +33,12 @@ import contextlib
 import traceback
 from dataclasses import dataclass
 
-from .. import serialize
+from ddp_lab.launcher import serialize
 import torch
 
-from ..errors import RankDied, RankFailed, RanksTimedOut
-from ..launcher import launch
-from .result import CheckResult, Mistake, signature_mistake
+from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
+from ddp_lab.launcher.api import launch
+from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 
 __all__ = ["check_all_gather", "check_all_reduce", "make_case", "FORBIDDEN"]
 

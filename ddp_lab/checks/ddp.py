@@ -59,10 +59,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import RankDied, RankFailed, RanksTimedOut
-from ..launcher import launch
-from .result import CheckResult, Mistake
-from .wording import error_in_your_code, steps_text
+from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
+from ddp_lab.launcher.api import launch
+from ddp_lab.checks.result import CheckResult, Mistake
+from ddp_lab.checks.wording import error_in_your_code, steps_text
 
 __all__ = ["check_ddp", "WIDTHS", "TwoBranches"]
 
@@ -133,7 +133,7 @@ class TwoBranches(torch.nn.Module):
 
 
 def _build(model, seed):
-    from ..models import mlp
+    from ddp_lab.models import mlp
 
     return TwoBranches(seed) if model == "branches" else mlp(WIDTHS, seed=seed)
 

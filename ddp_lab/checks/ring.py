@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import contextlib
 
-from .. import serialize
+from ddp_lab.launcher import serialize
 import torch
 
-from ..errors import RankDied, RankFailed, RanksTimedOut
-from ..launcher import launch
-from .result import CheckResult, Mistake, signature_mistake
+from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
+from ddp_lab.launcher.api import launch
+from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 
 FORBIDDEN = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
              "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter", "all_to_all")

@@ -50,11 +50,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import RankDied, RankFailed, RanksTimedOut
-from ..launcher import launch
-from ..memory import STAGES, bytes_per_parameter, memory_per_rank
-from .result import CheckResult, Mistake, signature_mistake
-from .wording import error_in_your_code, steps_text
+from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
+from ddp_lab.launcher.api import launch
+from ddp_lab.memory import STAGES, bytes_per_parameter, memory_per_rank
+from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
+from ddp_lab.checks.wording import error_in_your_code, steps_text
 
 __all__ = ["check_memory_answer", "check_zero1", "WIDTHS", "LR"]
 
@@ -261,7 +261,7 @@ def _run_on_rank(make_optimizer, steps, lr):
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from ..models import mlp
+    from ddp_lab.models import mlp
 
     rank, world_size = dist.get_rank(), dist.get_world_size()
     model = mlp(WIDTHS, seed=0)  # the same start on every rank

@@ -25,7 +25,7 @@ from ddp_lab.gpu_check.checklist import CHECKS, check_named
 from ddp_lab.gpu_check.machine import describe_machine, why_no_cuda
 from ddp_lab.gpu_check.results import RESULTS_FOLDER, SCHEMA, assemble, write
 from ddp_lab.gpu_check.runner import Options, run_checks
-from ddp_lab.plan import cuda_device_count
+from ddp_lab.host import cuda_device_count
 
 __all__ = ["main", "NO_CUDA"]
 

@@ -1,6 +1,8 @@
-"""The messages between the notebook and its ranks, in one place.
+"""The messages between the notebook and its ranks, as named constants (Chapter 3).
 
-The notebook (``ddp_lab.processes``) and each rank (``ddp_lab.rank_process``)
+The short table is in ``ddp_lab.launcher``'s docstring; the fields are here.
+
+The notebook (``ddp_lab.launcher.worker_group``) and each rank (``ddp_lab.launcher.worker``)
 talk over one duplex pipe per rank. Every message is a tuple whose first item
 is its kind; every job, query and reply then carries an id, as in Jupyter's
 messaging protocol: a reply carries the id of the message it answers
@@ -30,7 +32,7 @@ Rank to notebook:
 kind          fields after the kind
 ============  ===================================================
 ``done``      job id, the pickled result
-``failed``    job id, what was raised (see ``rank_process._failure_reply``)
+``failed``    job id, what was raised (see ``worker._failure_reply``)
 ``stack``     query id, the main thread's stack as (file, line, function, code)
 ============  ===================================================
 

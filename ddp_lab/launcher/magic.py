@@ -25,7 +25,7 @@ import shlex
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
-from .persistent import Ranks
+from ddp_lab.launcher.persistent import Ranks
 
 
 class _Parser(argparse.ArgumentParser):

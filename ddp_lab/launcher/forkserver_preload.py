@@ -1,6 +1,6 @@
 """What the forkserver imports once, before it forks any rank.
 
-The forkserver (see ``processes``) imports this module when it starts. Every
+The forkserver (see ``ddp_lab.launcher.forkserver``) imports this module when it starts. Every
 rank it forks later gets these modules for free, already in memory.
 
 Two lines around the imports follow the recipe in the documentation of
@@ -29,7 +29,7 @@ try:
     import torch._dynamo  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    from . import rank_process  # noqa: F401
+    from ddp_lab.launcher import worker  # noqa: F401
 finally:
     gc.freeze()
     gc.enable()

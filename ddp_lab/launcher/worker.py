@@ -1,6 +1,6 @@
 """What runs inside each rank process.
 
-The launcher (``ddp_lab.processes``) starts one process per rank with
+The launcher (``ddp_lab.launcher.worker_group``) starts one process per rank with
 ``rank_main`` as its target. A rank then:
 
 1. becomes the leader of its own process group, so that stopping it also
@@ -11,7 +11,7 @@ The launcher (``ddp_lab.processes``) starts one process per rank with
 4. joins the default process group, if asked to;
 5. runs the jobs the notebook sends it (a function to call, a cell to
    execute, variables to send back) and replies to each, with the job's id,
-   until told to exit (``ddp_lab.protocol`` lists every message).
+   until told to exit (``ddp_lab.launcher.protocol`` lists every message).
 
 A helper thread reads the messages from the notebook. It answers "where are
 you?" questions with the main thread's stack, even while the main thread is
@@ -34,7 +34,7 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from . import protocol, serialize
+from ddp_lab.launcher import protocol, serialize
 
 # How often Ctrl-C is sent again until the job's main thread has seen it.
 CTRL_C_AGAIN = 0.05

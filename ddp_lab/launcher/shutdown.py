@@ -1,7 +1,18 @@
-"""Let a Jupyter kernel that launched ranks shut down at once.
+"""Nothing outlives the notebook: live worker groups and helpers are stopped at exit.
+
+Every worker group (``ddp_lab.launcher.worker_group``), a ``launch`` in
+flight or persistent ``Ranks``, is registered here while it has ranks
+(``stop_at_exit``, ``forget``). At interpreter exit, and when a Jupyter
+kernel is told to shut down, each one still registered is killed with
+every process it started: left alone, Python's exit would wait on the ranks
+for ever. The registry holds the groups themselves, so this module needs
+nothing from the rest of the launcher (Chapter 3's "nothing outlives a
+launch", and the README's "what outlives a launch").
+
+A Jupyter kernel that launched ranks then shuts down at once, as follows.
 
 A launch leaves two helper processes behind, children of the kernel, which
-multiprocessing started: the forkserver (see ``processes``) and the
+multiprocessing started: the forkserver (see ``forkserver``) and the
 *resource tracker* (it frees shared memory and semaphores that a crashed
 process leaves). Both stay until the kernel exits, then leave by themselves.
 
@@ -30,13 +41,36 @@ back), so the kernel's objects are frozen out of the collector's sight
 
 from __future__ import annotations
 
+import atexit
 import gc
+import multiprocessing.util  # noqa: F401  (its exit handler must run after ours: see below)
 import os
 import signal
 import sys
 import threading
 
 _watched_shells = set()
+_live = {}  # id -> every worker group with ranks running, in the order they started
+
+
+def stop_at_exit(group):
+    """Have ``group.kill()`` called at interpreter exit or kernel shutdown, unless it is forgotten first."""
+    _live[id(group)] = group
+
+
+def forget(group):
+    """``group`` has stopped its ranks: nothing left to stop at exit."""
+    _live.pop(id(group), None)
+
+
+# atexit calls its handlers last registered, first called: registered after
+# multiprocessing's own (which joins every child still running, and would
+# wait on a running rank for ever), this one stops the ranks before it.
+@atexit.register
+def stop_all_worker_groups():
+    """Kill every worker group still running (a launch in flight, ``Ranks`` never stopped)."""
+    for group in list(_live.values()):
+        _quietly(group.kill)
 
 
 def stop_helpers_with_the_kernel():
@@ -54,9 +88,7 @@ def _stop_helpers(change):
         return
     from multiprocessing import forkserver, resource_tracker
 
-    from .persistent import stop_all_ranks
-
-    stop_all_ranks()  # what exit would do anyway; ranks keep the tracker's pipe open
+    stop_all_worker_groups()  # what exit would do anyway; ranks keep the tracker's pipe open
     _end_forkserver(getattr(forkserver, "_forkserver", None))
     _end_resource_tracker(getattr(resource_tracker, "_resource_tracker", None))
     gc.freeze()  # the kernel exits next: see the module doc

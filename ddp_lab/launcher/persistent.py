@@ -11,7 +11,7 @@ from one cell to the next, like ipyparallel's engines::
     ranks.pull("t")                             # [tensor, tensor, ...]
     ranks.stop()
 
-The ``%%ddp`` cell magic (``ddp_lab.magic``) is a thin layer over this class.
+The ``%%ddp`` cell magic (``ddp_lab.launcher.magic``) is a thin layer over this class.
 
 When a cell fails on some rank while the others finish, the ranks stay
 usable; ranks merely busy (computing, sleeping) when another failed are
@@ -25,22 +25,21 @@ and the call runs on no rank.
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import threading
 import time
-import weakref
 
-from . import protocol
-from .errors import RankDied, describe_exit
-from .launcher import interactive_sources, pickle_call, raise_for, show, unpickle_results
-from .plan import DEFAULT_TIMEOUT, check_timeout, make_plan
-from .processes import RankProcesses, interrupts_deferred
+from ddp_lab.launcher import protocol
+from ddp_lab.launcher.config import DEFAULT_TIMEOUT, check_timeout, make_plan
+from ddp_lab.launcher.errors import RankDied, describe_exit
+from ddp_lab.launcher.jobs import interactive_sources, pickle_call
+from ddp_lab.launcher.output import show
+from ddp_lab.launcher.run_result import raise_for, unpickle_results
+from ddp_lab.launcher.worker_group import RankProcesses, interrupts_deferred
 
 # How long ranks get to answer Ctrl-C before they are stopped.
 INTERRUPT_GRACE = 1.0
 
-_running = weakref.WeakSet()
 _cell_numbers = itertools.count(1)
 
 
@@ -87,7 +86,6 @@ class Ranks:
                 with interrupts_deferred():  # ranks that started are always ours to stop
                     self._processes = RankProcesses(
                         self.plan, first_job=(protocol.EXEC, "", "<ddp start>"))
-                    _running.add(self)
             except BaseException:  # Ctrl-C while they started
                 self._abandon("interrupted while they started")
                 raise
@@ -99,7 +97,6 @@ class Ranks:
         with self._lock:
             if self.running:
                 processes, self._processes = self._processes, None
-                _running.discard(self)
                 processes.close()
                 show(processes.take_output())
 
@@ -212,7 +209,6 @@ class Ranks:
             return
         processes, self._processes = self._processes, None
         self._stopped_because = why
-        _running.discard(self)
         processes.kill()  # what they printed stays readable: take_output()
 
     def _say_if_stopped(self):
@@ -263,9 +259,3 @@ def _ranks_text(ranks):
     ranks = sorted(ranks)
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
-
-@atexit.register
-def stop_all_ranks():
-    """Stop every ``Ranks`` still running (at exit: Python would wait for them for ever)."""
-    for ranks in list(_running):
-        ranks._abandon("the notebook is exiting")

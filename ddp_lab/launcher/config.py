@@ -1,4 +1,4 @@
-"""Deciding what a launch will do, and refusing bad input before it starts.
+"""The launch config: what a launch will do, and refusing bad input before it starts.
 
 Everything here is checked in the notebook, before any process exists: a
 mistake in the arguments gets a clear message naming the bad value and what
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numbers
 import os
-import socket
 from dataclasses import dataclass
+
+from ddp_lab.host import available_cores, cuda_device_count
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEFAULT_TIMEOUT = 60.0
@@ -102,17 +103,6 @@ def choose_backend(backend, world_size):
     return choice
 
 
-def cuda_device_count():
-    """How many GPUs there are, asked without initialising CUDA here.
-
-    ``torch.cuda.device_count()`` counts through NVML when it can, and creates
-    no CUDA context in the notebook; the ranks create their own.
-    """
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
 def threads_per_rank(world_size):
     """Intra-op threads for each rank when the launch does not say.
 
@@ -131,25 +121,6 @@ def threads_per_rank(world_size):
                 "share the cores")
         return int(configured)
     return max(1, available_cores() // world_size)
-
-
-def available_cores():
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def loopback_interface():
-    """The name of the loopback network interface ('lo' on Linux, 'lo0' on macOS).
-
-    gloo binds its sockets to the interface named by GLOO_SOCKET_IFNAME; a
-    local launch binds to loopback only, so nothing listens on the network.
-    """
-    names = [name for _, name in socket.if_nameindex()]
-    for candidate in ("lo", "lo0"):
-        if candidate in names:
-            return candidate
-    return None
 
 
 def _check_positive_int(name, value, maximum=None, what=""):

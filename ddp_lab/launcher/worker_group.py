@@ -1,4 +1,4 @@
-"""Starting, watching and stopping the rank processes of one launch.
+"""The worker group: starting, watching and stopping the rank processes of one launch.
 
 ``RankProcesses`` starts ``world_size`` processes together and keeps three
 lines to each: a control pipe (jobs out, replies in), an output pipe (what the
@@ -6,13 +6,7 @@ rank prints) and the process's sentinel (readable when it exits). One loop
 waits on all of them at once, so a reply, a print, a crash and the timeout
 are all noticed as soon as they happen.
 
-Why a forkserver? Starting a fresh Python and importing torch takes seconds
-(that is what ``torch.multiprocessing.spawn`` pays). Forking the notebook is
-fast but unsafe once the notebook has touched CUDA, because a forked child
-inherits a CUDA context it cannot use. Python's *forkserver* is a small helper
-process started once, which imports torch but never CUDA, and forks each rank
-from itself: fast like fork, safe like spawn. It holds no process group and
-no port between launches.
+The ranks are forked from a forkserver (``ddp_lab.launcher.forkserver``).
 
 The rendezvous store (where ranks find each other) is hosted here, in the
 notebook, on a loopback socket the operating system picked, exactly as
@@ -35,13 +29,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.connection import wait
 
-from .kernel_shutdown import stop_helpers_with_the_kernel
-from . import protocol
-from .output import RankOutput
-from .plan import loopback_interface
-from .rank_env import torchrun_environment
-from .rank_process import RankSetup, rank_main
-from .where import describe_where, waits_in_torch_distributed
+from ddp_lab.host import loopback_interface
+from ddp_lab.launcher import protocol, shutdown
+from ddp_lab.launcher.forkserver import forkserver_context
+from ddp_lab.launcher.output import RankOutput
+from ddp_lab.launcher.run_result import Outcome
+from ddp_lab.launcher.where_stuck import describe_where, waits_in_torch_distributed
+from ddp_lab.launcher.worker import RankSetup, rank_main
+from ddp_lab.launcher.worker_env import torchrun_environment
 
 # After the first rank fails, how long to wait for the others' replies: a
 # bug present on every rank then shows as "rank 0 failed (1, 2, 3 too)",
@@ -57,24 +52,6 @@ EXIT_GRACE = 5.0
 
 
 @dataclass
-class Outcome:
-    """What came back from the ranks for one job, the job with id ``job_id``."""
-
-    job_id: int
-    pending: set = field(default_factory=set)      # ranks whose reply is awaited
-    results: dict = field(default_factory=dict)    # rank -> pickled value
-    failures: dict = field(default_factory=dict)   # rank -> failure info
-    died: dict = field(default_factory=dict)       # rank -> exit code
-    unfinished: dict = field(default_factory=dict)  # rank -> where it was
-    in_collective: set = field(default_factory=set)  # unfinished ranks waiting in torch.distributed
-    timed_out: bool = False
-
-    @property
-    def ok(self):
-        return not (self.failures or self.died or self.unfinished or self.pending)
-
-
-@dataclass
 class _Rank:
     rank: int
     process: multiprocessing.Process
@@ -83,38 +60,13 @@ class _Rank:
     output: RankOutput = field(default_factory=RankOutput)
 
 
-def forkserver_context():
-    """The multiprocessing context ranks are started from (see module doc)."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")  # Windows
-    stop_helpers_with_the_kernel()  # the forkserver is the kernel's child: see kernel_shutdown
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["ddp_lab.forkserver_preload"])
-    return context
-
-
-def start_forkserver():
-    """Start the forkserver now, in the background, rather than at the first launch.
-
-    It takes a second or two to start, because it imports torch. Called in a
-    notebook's first cell, it gets ready while the reader reads, and the
-    first launch is then as fast as the next ones. Returns at once; does
-    nothing if the forkserver already runs, or where there is none (Windows).
-    """
-    context = forkserver_context()
-    if context.get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
-
-
 class RankProcesses:
     """``plan.world_size`` running ranks and the lines to talk to them.
 
     One job is in flight at a time (``self.job``): ``send_job`` sends it to
     every rank, ``collect`` reads the replies that carry its id and drops
     any other (a late reply to an earlier job, a late stack). The messages
-    are listed in ``ddp_lab.protocol``.
+    are listed in ``ddp_lab.launcher.protocol``.
     """
 
     def __init__(self, plan, *, first_job=None, source_lines=None):
@@ -132,6 +84,7 @@ class RankProcesses:
         context = forkserver_context()
         self._ranks = []
         self._killed = False
+        shutdown.stop_at_exit(self)  # from now on, interpreter exit or kernel shutdown stops it
         try:
             for rank in range(plan.world_size):
                 setup = self._setup(rank, source_lines or {})
@@ -380,6 +333,7 @@ class RankProcesses:
                     r.output_pipe = None
                 r.process.close()
             self._store = None  # closes the store's listening socket
+            shutdown.forget(self)
 
 
 @contextmanager

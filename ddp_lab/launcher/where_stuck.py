@@ -1,4 +1,4 @@
-"""Saying in one line where a stuck rank is.
+"""Where is it stuck? One line for each rank that did not finish (Chapter 3, "when ranks hang").
 
 When a launch times out, the launcher asks each unfinished rank for the
 stack of its main thread. A raw stack is long; what a reader needs is the
@@ -10,13 +10,13 @@ it, e.g.::
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
-import torch
-
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# Where torch is installed, found without importing it (that takes a second).
+_TORCH_DIR = os.path.dirname(importlib.util.find_spec("torch").origin) + os.sep
 _DISTRIBUTED_DIR = os.path.join(_TORCH_DIR, "distributed") + os.sep
-_DDP_LAB_DIR = os.path.dirname(__file__) + os.sep
+_DDP_LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the package, all of it
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 
 

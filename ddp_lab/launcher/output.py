@@ -12,6 +12,7 @@ its own and rendered rank by rank, every line labelled::
 from __future__ import annotations
 
 import codecs
+import sys
 
 
 class RankOutput:
@@ -44,3 +45,11 @@ def label_lines(rank: int, text: str) -> str:
 def render_by_rank(texts) -> str:
     """One block of labelled lines: rank 0's output first, then rank 1's..."""
     return "".join(label_lines(rank, text) for rank, text in enumerate(texts))
+
+
+def show(texts):
+    """Print the ranks' output, rank by rank, into the cell."""
+    text = render_by_rank(texts)
+    if text:
+        sys.stdout.write(text)
+        sys.stdout.flush()
