@@ -48,11 +48,11 @@ _EXPORTS = {
     "Process": "ddp_lab.topology",
     "devices_for": "ddp_lab.devices",
     "device_for": "ddp_lab.devices",
-    "ring_all_reduce": "ddp_lab.ring",
-    "naive_all_reduce": "ddp_lab.naive",
-    "Trace": "ddp_lab.trace",
-    "run_traced_all_reduce": "ddp_lab.allreduce_runs",
-    "AllReduceRun": "ddp_lab.allreduce_runs",
+    "ring_all_reduce": "ddp_lab.collectives.ring",
+    "naive_all_reduce": "ddp_lab.collectives.naive",
+    "Trace": "ddp_lab.collectives.step_trace",
+    "run_traced_all_reduce": "ddp_lab.collectives.traced_all_reduce",
+    "AllReduceRun": "ddp_lab.collectives.traced_all_reduce",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -146,15 +146,6 @@ def busbw(collective: str, nbytes: float, seconds: float, world_size: int) -> fl
     return algbw(nbytes, seconds) * bus_factor(collective, world_size)
 
 
-def format_bytes(nbytes: float) -> str:
-    """``1536 -> '1.5 KiB'``: sizes the way the book prints them."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(nbytes) < 1024 or unit == "GiB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    raise AssertionError("unreachable")
-
-
 def fit_latency_bandwidth(nbytes, seconds) -> tuple[float, float]:
     """Fit ``seconds = latency + nbytes / bandwidth`` to measurements.
 

@@ -72,7 +72,7 @@ def global_batches(dataset: TensorDataset, batch_size: int, steps: int, *, seed:
     """``steps`` global batches ``(x, y)`` of ``batch_size`` samples, drawn with a seeded shuffle.
 
     The *global* batch is what one process would train on; data-parallel
-    ranks each take a slice of it (see :func:`ddp_lab.by_hand.shard`).
+    ranks each take a slice of it (see :func:`ddp_lab.data_parallel.by_hand.shard`).
     Calling this with the same arguments on every rank gives every rank the
     same list, so each can cut out its own part.
     """

@@ -38,6 +38,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
+from ddp_lab.units import format_gb
+
 __all__ = [
     "STAGES",
     "PRECISIONS",
@@ -86,8 +88,8 @@ class MemoryPerRank:
         return self.parameters + self.gradients + self.optimizer
 
     def __str__(self) -> str:
-        return (f"{self.stage:>6}: {_gb(self.total)} per rank (parameters {_gb(self.parameters)}, "
-                f"gradients {_gb(self.gradients)}, optimizer {_gb(self.optimizer)})")
+        return (f"{self.stage:>6}: {format_gb(self.total)} per rank (parameters {format_gb(self.parameters)}, "
+                f"gradients {format_gb(self.gradients)}, optimizer {format_gb(self.optimizer)})")
 
 
 def bytes_per_parameter(precision: str = "mixed", optimizer: str = "adam") -> BytesPerParameter:
@@ -152,10 +154,6 @@ def max_parameters(memory_bytes: float, world_size: int, stage: str = "DDP", *,
     _check_positive("memory_bytes", memory_bytes)
     one = memory_per_rank(1, world_size, stage, precision=precision, optimizer=optimizer)
     return memory_bytes / one.total
-
-
-def _gb(n_bytes: float) -> str:
-    return f"{n_bytes / 1e9:.1f} GB"
 
 
 def _check_choice(name, value, allowed):

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ddp_lab.cost import algbw, bus_factor, format_bytes
+from ddp_lab.cost import algbw, bus_factor
+from ddp_lab.units import format_bytes, format_rate, format_seconds
 
 COLLECTIVES = ("send_recv", "broadcast", "reduce", "all_reduce", "scatter", "gather",
                "all_gather", "reduce_scatter")
@@ -208,27 +209,9 @@ def table(rows: list[Timing]) -> str:
     lines = [f"{'collective':<15}{'size':>10}{'time':>12}{'algbw':>14}{'busbw':>14}{'busbw/link':>12}"]
     for r in rows:
         ratio = f"{r.busbw / link[r.nbytes]:.2f}" if r.nbytes in link and link[r.nbytes] else "-"
-        lines.append(f"{r.collective:<15}{format_bytes(r.nbytes):>10}{format_time(r.seconds):>12}"
+        lines.append(f"{r.collective:<15}{format_bytes(r.nbytes):>10}{format_seconds(r.seconds):>12}"
                      f"{format_rate(r.algbw):>14}{format_rate(r.busbw):>14}{ratio:>12}")
     return "\n".join(lines)
-
-
-def format_time(seconds: float) -> str:
-    """``0.00042 -> '420 us'``: a time the way the benchmark tables print it."""
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
-
-
-def format_rate(bytes_per_second: float) -> str:
-    """``1.5e9 -> '1.50 GB/s'``: a bandwidth in decimal units, as nccl-tests prints them."""
-    for unit in ("B/s", "KB/s", "MB/s", "GB/s"):
-        if bytes_per_second < 1000 or unit == "GB/s":
-            return f"{bytes_per_second:.2f} {unit}"
-        bytes_per_second /= 1000
-    raise AssertionError("unreachable")
 
 
 def report(world_size: int = 4, repeats: int = 5, sizes=SIZES, collectives=COLLECTIVES) -> list[Timing]:
@@ -287,7 +270,7 @@ def time_all_reduces(functions: dict, world_size: int = 4, nbytes: int = 2 ** 22
 
 
 def _time_averages(numel, repeats):
-    from ddp_lab.parameter_server import all_reduce_average, parameter_server_average
+    from ddp_lab.collectives.parameter_server import all_reduce_average, parameter_server_average
 
     def timed(average):
         tensor = torch.ones(numel)

@@ -26,6 +26,7 @@ import torch.multiprocessing
 import ddp_lab
 from ddp_lab.host import available_cores
 from ddp_lab.launcher.worker import leave_process_group
+from ddp_lab.units import format_seconds
 
 
 def trivial_all_reduce():
@@ -116,8 +117,4 @@ def main(world_size=4, repeats=20):
           f"{available_cores()} cores, torch {torch.__version__}\n")
     print(f"{'launcher':<56}{'time':>10}{'vs plain fork':>16}")
     for name, seconds in rows:
-        print(f"{name:<56}{_format(seconds):>10}{seconds / baseline:>15.2f}x")
-
-
-def _format(seconds):
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.1f} ms"
+        print(f"{name:<56}{format_seconds(seconds):>10}{seconds / baseline:>15.2f}x")

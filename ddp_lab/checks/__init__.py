@@ -21,7 +21,8 @@ from ddp_lab.checks.ranks import check_rank_table
 from ddp_lab.checks.result import CheckResult, Mistake
 from ddp_lab.checks.ring import check_ring_all_reduce
 from ddp_lab.checks.torchrun import check_torchrun_script
-from ddp_lab.checks.zero import check_memory_answer, check_zero1
+from ddp_lab.checks.memory_answer import check_memory_answer
+from ddp_lab.checks.zero1 import check_zero1
 
 __all__ = ["CheckResult", "Mistake", "check_all_gather", "check_all_reduce", "check_ddp",
            "check_devices", "check_memory_answer", "check_rank_table", "check_ranks_in_group",

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from ddp_lab.checks.result import CheckResult, Mistake
-from ddp_lab.torchrun import TorchrunRun, run_together, torchrun_command
+from ddp_lab.cluster.torchrun import TorchrunRun, run_together, torchrun_command
 
 __all__ = ["check_torchrun_script"]
 

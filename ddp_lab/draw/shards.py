@@ -28,11 +28,12 @@ import matplotlib.pyplot as plt
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from ddp_lab.draw.palette import ERROR_RED
 
 __all__ = ["draw_shards", "draw_shard_runs"]
 
 CELL = 0.42  # inches per cell
-PADDING_EDGE = "#B3261E"
+PADDING_EDGE = ERROR_RED
 
 
 def draw_shards(indices, dataset_size: int, *, title: str | None = None, axes=None) -> Figure:

@@ -14,11 +14,12 @@ import numpy as np
 import torch
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
+from ddp_lab.draw.palette import BLUE, GREEN, ORANGE, PURPLE, SKY_BLUE, VERMILLION
 
 __all__ = ["draw_spirals"]
 
 # Okabe & Ito: distinguishable with the common colour-vision deficiencies.
-CLASS_COLOURS = ("#E69F00", "#0072B2", "#009E73", "#CC79A7", "#D55E00", "#56B4E9")
+CLASS_COLOURS = (ORANGE, BLUE, GREEN, PURPLE, VERMILLION, SKY_BLUE)
 
 
 def draw_spirals(dataset, model=None, *, ax=None, title: str | None = None,

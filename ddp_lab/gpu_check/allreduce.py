@@ -98,7 +98,7 @@ def all_reduce_bandwidth(gpus, options):
 
 def on_rank_compare_ring(sizes):
     """Inside each rank: does the book's ring give dist.all_reduce's sum, on this rank's GPU?"""
-    from ddp_lab.ring import ring_all_reduce
+    from ddp_lab.collectives.ring import ring_all_reduce
 
     rank, device = dist.get_rank(), collective_device()
     agree = {}

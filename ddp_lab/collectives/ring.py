@@ -12,7 +12,7 @@ ring: each sends to its right neighbour and receives from its left one.
 In both phases, what a rank sends at step s+1 is exactly what it received
 (and reduced) at step s. Every rank sends 2(W-1) chunks of N/W elements,
 2(W-1)/W x N in all: almost independent of W. That is why the ring scales
-where "send everything to rank 0" does not (see ``ddp_lab.naive``).
+where "send everything to rank 0" does not (see ``ddp_lab.collectives.naive``).
 
 Two engineering details make this Python ring keep up with gloo's C++ one:
 
@@ -50,7 +50,7 @@ def ring_all_reduce(tensor, op="sum", *, trace=None, piece_bytes=PIECE_BYTES):
     Call it on every rank, like ``dist.all_reduce``. Works for any world size
     (1 included), shape and size (empty, one element, sizes W does not divide)
     and floating dtype. ``op`` is ``"sum"`` or ``"avg"``. Pass a
-    ``ddp_lab.trace.Trace`` as ``trace`` to record every step.
+    ``ddp_lab.collectives.step_trace.Trace`` as ``trace`` to record every step.
     """
     check_all_reduce_arguments(tensor, op)
     world_size, rank = dist.get_world_size(), dist.get_rank()

@@ -57,9 +57,9 @@ def _traced_rank(algorithm, length, seed, op):
     """Inside a rank: make seeded inputs, all-reduce them traced, report."""
     import torch.distributed as dist
 
-    from ddp_lab.naive import naive_all_reduce
-    from ddp_lab.ring import ring_all_reduce
-    from ddp_lab.trace import Trace
+    from ddp_lab.collectives.naive import naive_all_reduce
+    from ddp_lab.collectives.ring import ring_all_reduce
+    from ddp_lab.collectives.step_trace import Trace
 
     generator = torch.Generator().manual_seed(seed + dist.get_rank())
     inputs = torch.randint(0, 10, (length,), generator=generator).float()

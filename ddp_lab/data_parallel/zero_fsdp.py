@@ -29,9 +29,12 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["STRATEGIES", "RankState", "mlp", "train_and_measure"]
+from ddp_lab.models import mlp
+
+__all__ = ["STRATEGIES", "SIZES", "RankState", "train_and_measure"]
 
 STRATEGIES = ("DDP", "ZeRO-1", "FSDP")
+SIZES = (64, 256, 256, 16)  # the widths of the model every strategy trains: ddp_lab.models.mlp(SIZES)
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,6 @@ class RankState:
     @property
     def total(self) -> int:
         return self.parameters + self.gradients + self.optimizer
-
-
-def mlp(sizes=(64, 256, 256, 16)) -> nn.Sequential:
-    """Linear layers of the given widths with ReLU between them."""
-    layers = []
-    for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
-        layers += [nn.Linear(n_in, n_out)] + ([nn.ReLU()] if i < len(sizes) - 2 else [])
-    return nn.Sequential(*layers)
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -97,7 +92,7 @@ def _optimizer_bytes(optimizer) -> int:
                if torch.is_tensor(value) and value.dim() > 0)
 
 
-def train_and_measure(strategy: str, steps: int = 3, seed: int = 0, sizes=(64, 256, 256, 16),
+def train_and_measure(strategy: str, steps: int = 3, seed: int = 0, sizes=SIZES,
                       batch: int = 8, lr: float = 1e-3):
     """Train ``steps`` steps under ``strategy`` (in a rank); return (RankState, full weights).
 

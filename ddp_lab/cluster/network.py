@@ -1,6 +1,7 @@
-"""The network of a multi-node job: interfaces, ports, and what links cost.
+"""The network of a multi-node job: interfaces and ports (Chapter 12).
 
-Three questions a multi-node job raises, one function each:
+Two questions a multi-node job raises, one function each (the third, what
+the links between the nodes cost, is arithmetic: ``ddp_lab.links``):
 
 * **Which interface?** A cluster node often has several (loopback, Ethernet,
   InfiniBand, a container bridge). :func:`interfaces` lists them with their
@@ -10,10 +11,6 @@ Three questions a multi-node job raises, one function each:
   sockets the process holds: the port it listens on (chosen by the OS for
   the backend's connections, a different one every run), its connections
   to the other ranks, and to the rendezvous store at ``MASTER_PORT``.
-* **Which links?** :func:`allreduce_seconds` applies the ring all-reduce cost
-  model of :mod:`ddp_lab.cost` to a job laid out over nodes: a ring runs at
-  the speed of its slowest link, and as soon as a job spans two machines,
-  that link is the network between them.
 """
 
 from __future__ import annotations
@@ -21,29 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ddp_lab.cost import collective_time
-
-__all__ = ["Link", "LINKS", "interfaces", "RankSockets", "rank_sockets", "allreduce_seconds"]
-
-
-@dataclass(frozen=True)
-class Link:
-    """A kind of link: a name, its bandwidth (bytes/s, one direction) and latency (s)."""
-
-    name: str
-    bandwidth: float
-    latency: float
-
-
-# Typical figures, one direction, per GPU (NVLink, PCIe) or per node (NICs);
-# orders of magnitude to reason with, not measurements of any machine.
-LINKS = {
-    "nvlink": Link("NVLink 4 (H100)", 450e9, 2e-6),
-    "pcie": Link("PCIe 4.0 x16", 25e9, 5e-6),
-    "infiniband": Link("InfiniBand NDR, 400 Gb/s", 50e9, 5e-6),
-    "ethernet100": Link("Ethernet 100 Gb/s", 12.5e9, 20e-6),
-    "ethernet10": Link("Ethernet 10 Gb/s", 1.25e9, 50e-6),
-}
+__all__ = ["interfaces", "RankSockets", "rank_sockets"]
 
 
 def interfaces() -> dict[str, list[str]]:
@@ -93,22 +68,3 @@ def rank_sockets() -> RankSockets:
     to_store = sum(c.raddr.port == store_port for c in established)
     to_ranks = sum(c.raddr.port != store_port and c.laddr.port != store_port for c in established)
     return RankSockets(dist.get_rank(), listening, to_store, to_ranks, _ephemeral_range())
-
-
-def allreduce_seconds(nbytes: float, nodes: int, gpus_per_node: int, *, intra: Link, inter: Link | None = None) -> float:
-    """Time of one ring all-reduce of ``nbytes`` over ``nodes`` x ``gpus_per_node`` GPUs.
-
-    A flat ring visits every GPU; all of them send at once, so the whole ring
-    moves at the speed of its slowest hop: ``intra`` on one node, ``inter``
-    (the network) as soon as the ring leaves a node. Each rank sends
-    2(W-1)/W x nbytes in 2(W-1) steps (:func:`ddp_lab.cost.collective_time`).
-    Real libraries do better with several rings and NICs, but the slowest
-    link still sets the pace.
-    """
-    for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if nodes > 1 and inter is None:
-        raise ValueError("a job on several nodes needs the link between them: pass inter=")
-    link = inter if nodes > 1 else intra
-    return collective_time("all_reduce", nbytes, nodes * gpus_per_node, link.latency, link.bandwidth)

@@ -13,7 +13,7 @@ PyTorch reads torchrun's (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 2. **One task per process, no torchrun** (``srun --ntasks-per-node=4 python
    train.py``). Slurm starts every process itself, so each one translates
    Slurm's variables into torchrun's: :func:`torch_env_from_slurm`, or run
-   ``srun python -m ddp_lab.slurm python train.py ...``, which sets them and
+   ``srun python -m ddp_lab.cluster.slurm python train.py ...``, which sets them and
    then runs the command.
 
 The translation, for the task with ``SLURM_PROCID`` p on node ``SLURM_NODEID`` n:
@@ -34,6 +34,10 @@ torchrun's variable    from Slurm's
 The node list comes compressed, as in ``gpu[01-03,07],cpu5``; on a cluster
 ``scontrol show hostnames`` expands it, and :func:`expand_hostlist` does the
 same here without Slurm.
+
+Chapter 13 uses it; ``ddp_lab.cluster.slurm_sandbox`` runs an sbatch script
+and the tasks of ``srun`` on one machine. This module imports no torch and
+nothing else from ddp_lab: every Slurm task of a job pays its start-up.
 """
 
 from __future__ import annotations
@@ -50,9 +54,6 @@ __all__ = [
     "master_port_for_job",
     "torch_env_from_slurm",
     "torchrun_args_from_slurm",
-    "dry_run_sbatch",
-    "task_environment",
-    "srun_here",
 ]
 
 # Ports derived from a job id fall in [PORT_BASE, PORT_BASE + PORT_SPAN): above
@@ -273,99 +274,11 @@ def torchrun_args_from_slurm(environ: Mapping | None = None, *, nproc_per_node: 
             "--rdzv_endpoint", f"{master_addr}:{port}"]
 
 
-def dry_run_sbatch(script, environ: Mapping, *, timeout: float = 60.0) -> dict:
-    """Run an sbatch script here, with stand-ins for Slurm's ``scontrol`` and ``srun``.
-
-    ``environ`` holds the Slurm variables of the job (``SLURM_JOB_ID``,
-    ``SLURM_JOB_NODELIST``, ``SLURM_NNODES``, ...). The stand-in ``scontrol
-    show hostnames`` expands the host list with :func:`expand_hostlist`;
-    the stand-in ``srun`` starts nothing: it records the command it was given
-    and the environment it would pass on. Returns ``{"srun": argv after
-    "srun", "env": {name: value}, "stdout": what the script printed}``.
-    Raises RuntimeError with the script's stderr if it fails.
-    """
-    import json
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory(prefix="ddp_lab_sbatch_") as tmp:
-        folder = Path(tmp)
-        tools = {
-            "scontrol": ("import sys\nfrom ddp_lab.slurm import expand_hostlist\n"
-                         "if sys.argv[1:3] != ['show', 'hostnames']:\n"
-                         "    raise SystemExit('stand-in scontrol: only show hostnames')\n"
-                         "print('\\n'.join(expand_hostlist(sys.argv[3])))\n"),
-            "srun": ("import json, os, sys\n"
-                     "json.dump({'srun': sys.argv[1:], 'env': dict(os.environ)},"
-                     " open(os.environ['DDP_LAB_SRUN_RECORD'], 'w'))\n"),
-        }
-        for name, body in tools.items():
-            tool = folder / name
-            tool.write_text(f"#!{sys.executable}\n{body}")
-            tool.chmod(0o755)
-        package_root = str(Path(__file__).resolve().parents[1])
-        env = {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}", "HOME": str(folder),
-               "PYTHONPATH": package_root, "DDP_LAB_SRUN_RECORD": str(folder / "srun.json"), **environ}
-        done = subprocess.run(["bash", os.fspath(script)], env=env, cwd=folder, capture_output=True,
-                              text=True, timeout=timeout)
-        if done.returncode != 0:
-            raise RuntimeError(f"{script} exited with code {done.returncode}:\n{done.stderr.strip()}")
-        record = json.loads((folder / "srun.json").read_text())
-    ignore = {"PWD", "OLDPWD", "SHLVL", "_"}  # set by bash itself
-    passed = {name: value for name, value in record["env"].items()
-              if env.get(name) != value and name not in ignore and not name.startswith("LC_")}
-    return {"srun": record["srun"], "env": passed, "stdout": done.stdout}
-
-
-def task_environment(procid: int, *, nodes: int, tasks_per_node: int, job_id: int | str,
-                     nodelist: str) -> dict[str, str]:
-    """The variables srun sets for task ``procid`` of a step of ``nodes`` x ``tasks_per_node`` tasks.
-
-    Tasks are placed in blocks (srun's default): tasks 0 .. k-1 on the first
-    node, k .. 2k-1 on the second, and so on.
-    """
-    total = nodes * tasks_per_node
-    return {
-        "SLURM_JOB_ID": str(job_id), "SLURM_JOB_NODELIST": nodelist, "SLURM_NODELIST": nodelist,
-        "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes),
-        "SLURM_NTASKS": str(total), "SLURM_NPROCS": str(total),
-        "SLURM_TASKS_PER_NODE": f"{tasks_per_node}(x{nodes})" if nodes > 1 else str(tasks_per_node),
-        "SLURM_NTASKS_PER_NODE": str(tasks_per_node),
-        "SLURM_PROCID": str(procid), "SLURM_LOCALID": str(procid % tasks_per_node),
-        "SLURM_NODEID": str(procid // tasks_per_node),
-    }
-
-
-def srun_here(command, *, nodes: int = 2, tasks_per_node: int = 2, job_id: int = 4242, cwd=None,
-              timeout: float = 120.0):
-    """Start the tasks of a Slurm job step on this machine, as srun would on ``nodes`` nodes.
-
-    Each of the ``nodes x tasks_per_node`` copies of ``command`` gets the
-    variables of :func:`task_environment`. The node list names this machine
-    once per node (``localhost,localhost``), so that the first host, the
-    ``MASTER_ADDR`` of :func:`torch_env_from_slurm`, is reachable here; the
-    port is a free one, passed as ``MASTER_PORT``. Returns one
-    :class:`ddp_lab.torchrun.TorchrunRun` per task, in task order.
-    """
-    from ddp_lab.torchrun import free_port, run_together
-
-    for name, value in (("nodes", nodes), ("tasks_per_node", tasks_per_node)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    nodelist = ",".join(["localhost"] * nodes)
-    port = str(free_port())
-    envs = [{**task_environment(p, nodes=nodes, tasks_per_node=tasks_per_node, job_id=job_id,
-                                nodelist=nodelist), "MASTER_PORT": port}
-            for p in range(nodes * tasks_per_node)]
-    return run_together([list(command)] * len(envs), envs=envs, cwd=cwd, timeout=timeout)
-
-
 def main(argv=None):
-    """``python -m ddp_lab.slurm COMMAND [ARGS...]``: run COMMAND with torchrun's variables set."""
+    """``python -m ddp_lab.cluster.slurm COMMAND [ARGS...]``: run COMMAND with torchrun's variables set."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: srun python -m ddp_lab.slurm COMMAND [ARGS...]\n\n"
+        print("usage: srun python -m ddp_lab.cluster.slurm COMMAND [ARGS...]\n\n"
               "Run COMMAND (e.g. python train.py) with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
               "GROUP_RANK, MASTER_ADDR and MASTER_PORT set from this Slurm task's variables.")
         return 0 if argv else 2

@@ -5,14 +5,14 @@ receives, one after the other), then sends the sum back to each rank (W-1
 sends). It is correct and easy to write, and it is what a parameter server
 does. Its cost is the lesson: rank 0 sends and receives (W-1) x N values
 while the other ranks mostly wait, so its time grows with W. The ring
-(``ddp_lab.ring``) has every rank send 2(W-1)/W x N instead.
+(``ddp_lab.collectives.ring``) has every rank send 2(W-1)/W x N instead.
 """
 
 from __future__ import annotations
 
 import torch.distributed as dist
 
-from ddp_lab.ring import check_all_reduce_arguments
+from ddp_lab.collectives.ring import check_all_reduce_arguments
 
 ROOT = 0
 

@@ -1,4 +1,4 @@
-"""Running ``torchrun`` from Python: one machine, or two agents as two nodes.
+"""Running ``torchrun`` from Python: one machine, or two agents as two nodes (Chapters 11, 12).
 
 A chapter (or a test, or a lab checker) runs a real training script the way
 a reader would in a terminal, and keeps what it printed:
@@ -23,7 +23,8 @@ died first (killed, say): they would run on, holding its output open.
 What the workers print goes to the agent's stdout and stderr; torchrun's own
 log lines (restarts, exit codes) go to stderr. A script that prefixes its
 lines with ``[rank N]`` can be read back with :meth:`TorchrunRun.rank_lines`,
-which is what makes a chapter's output the same on every run.
+which is what makes a chapter's output the same on every run. The book's
+scripts themselves are found by ``ddp_lab.cluster.scripts``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pathlib import Path
 from ddp_lab.host import loopback_interface
 
 __all__ = ["TorchrunRun", "free_port", "torchrun_command", "run_torchrun", "run_two_nodes", "run_together",
-           "script_function", "book_script", "RESTART_SAFE"]
+           "RESTART_SAFE"]
 
 RANK_LINE = re.compile(r"^\[rank (\d+)\] ")
 # A fresh rendezvous store for each attempt: see loopback_environment.
@@ -121,47 +122,6 @@ def worker_stderr(stderr: str) -> list[str]:
             lines = lines[:i]  # the agent's own traceback and report start here
             break
     return [line for line in lines if line.strip() and not AGENT_LOG.match(line)]
-
-
-SCRIPTS_URL = "https://raw.githubusercontent.com/ddp-lab/ddp-book/main/labs/scripts/"
-
-
-def book_script(name: str) -> Path:
-    """The path of one of the book's scripts (``labs/scripts/NAME``).
-
-    From the book's repository when ddp_lab runs from a checkout (or the
-    current folder is one); otherwise (ddp_lab installed with pip, as on
-    Colab) the script is downloaded once from the book's repository into
-    ``~/.cache/ddp_lab/scripts``.
-    """
-    package_root = Path(__file__).resolve().parents[1]
-    for root in (package_root, Path.cwd(), *Path.cwd().parents):
-        candidate = root / "labs" / "scripts" / name
-        if candidate.is_file():
-            return candidate
-    cached = Path.home() / ".cache" / "ddp_lab" / "scripts" / name
-    if not cached.is_file():
-        import urllib.request
-
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            urllib.request.urlretrieve(SCRIPTS_URL + name, cached)
-        except OSError as error:
-            raise FileNotFoundError(f"labs/scripts/{name} is not here and could not be downloaded from "
-                                    f"{SCRIPTS_URL}{name} ({error}); clone the book's repository") from None
-    return cached
-
-
-def script_function(path, name: str) -> str:
-    """The source of the top-level function ``name`` in the script at ``path``, to show it."""
-    import ast
-
-    source = open(path).read()
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
-            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            return "\n".join(source.splitlines()[start - 1:node.end_lineno])
-    raise ValueError(f"no top-level function or class {name!r} in {path}")
 
 
 def free_port() -> int:
