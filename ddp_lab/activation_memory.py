@@ -27,6 +27,8 @@ What is counted is what the forward pass leaves behind for the backward
 pass. The peak memory of a step is a little higher (temporaries of the
 forward pass, the gradients being written), and the weights, gradients and
 optimizer state come on top.
+
+Used in Chapter 1, to count what training one model holds in memory.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ module the first time the name is looked up:
 >>> import ddp_lab
 >>> ddp_lab.Topology.__module__       # ddp_lab.topology, imported just now
 'ddp_lab.topology'
+
+It keeps ``import ddp_lab`` light for every chapter, and for the Slurm tasks of Chapter 13.
 """
 
 from __future__ import annotations

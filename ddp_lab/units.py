@@ -11,7 +11,7 @@ One convention, the one the tools the book quotes use:
 - times in s, ms and us.
 
 >>> format_bytes(1536), format_bytes(4 * 2**20)
-('1.5 KiB', '4.0 MiB')
+('1.5 KiB', '4 MiB')
 >>> format_rate(1.5e9), format_seconds(0.00042), format_gb(1.875e9)
 ('1.50 GB/s', '420 us', '1.88 GB')
 """
@@ -22,10 +22,11 @@ __all__ = ["format_bytes", "format_rate", "format_seconds", "format_gb"]
 
 
 def format_bytes(nbytes: float) -> str:
-    """``1536 -> '1.5 KiB'``: a size in B, KiB, MiB or GiB."""
+    """``1536 -> '1.5 KiB'``, ``4 << 20 -> '4 MiB'``: a size in B, KiB, MiB or GiB, to a tenth."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(nbytes) < 1024 or unit == "GiB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+            number = f"{nbytes:.0f}" if unit == "B" else f"{nbytes:.1f}".removesuffix(".0")
+            return f"{number} {unit}"
         nbytes /= 1024
     raise AssertionError("unreachable")
 

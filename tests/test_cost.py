@@ -68,7 +68,7 @@ def test_bad_input_names_the_bad_value(call, message):
 def test_format_bytes():
     assert format_bytes(512) == "512 B"
     assert format_bytes(1536) == "1.5 KiB"
-    assert format_bytes(4 * 2**20) == "4.0 MiB"
+    assert format_bytes(4 * 2**20) == "4 MiB"
 
 
 def test_fit_latency_bandwidth_recovers_the_model():

@@ -19,7 +19,7 @@ import pytest
 import torch
 from jsonschema import Draft202012Validator
 
-from ddp_lab.bench.collectives import elapsed_seconds
+from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.cost import bus_factor
 from ddp_lab.draw.gpu_results import (draw_all_reduce_busbw, gpu_results_text, measured_on, no_results_message,
                                       report)

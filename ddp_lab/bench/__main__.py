@@ -4,6 +4,8 @@
     python -m ddp_lab.bench allreduce  [--world-size 4] [--min 1KiB] [--max 64MiB] [--trace]
     python -m ddp_lab.bench collectives [--world-size 4] [--repeats 5] [--max-bytes N]
     python -m ddp_lab.bench training   [--world-sizes 1 2 4] ...  (see --help)
+
+The command Chapters 5, 6 and 10 show; each benchmark is described in its module.
 """
 
 import argparse

@@ -11,6 +11,9 @@ Timing follows nccl-tests: after warm-up, every rank times a loop of calls
 between two barriers; the slowest rank's time per call counts (a collective
 is done when its last rank is done); the median of a few such loops is kept.
 Loops are sized by time, not by count, and the implementations take turns.
+
+Used in Chapter 1 (what an all-reduce costs), Chapter 6 (the book's ring
+against torch's) and Lab 3.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.bench.collectives import collective_device, slowest_rank_seconds
+from ddp_lab.bench.timing import collective_device, slowest_rank_seconds
 from ddp_lab.cost import bus_factor
 from ddp_lab.collectives.ring import ring_all_reduce
 from ddp_lab.collectives.step_trace import Trace

@@ -18,18 +18,20 @@ Conventions (those of nccl-tests, see ``ddp_lab.cost``):
 The baseline, measured in the same run: ``send_recv``, one tensor of
 ``nbytes`` sent from rank 0 to rank 1, the speed of a single link. A ring
 collective whose busbw equals the link's is as fast as the links allow.
+
+Used in Chapters 4 and 5 and Lab 2.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from ddp_lab.cost import algbw, bus_factor
+from ddp_lab.bench.timing import slowest_rank_seconds
 from ddp_lab.units import format_bytes, format_rate, format_seconds
 
 COLLECTIVES = ("send_recv", "broadcast", "reduce", "all_reduce", "scatter", "gather",
@@ -109,63 +111,6 @@ def time_on_ranks(collectives, sizes, repeats, warmup=1):
             n -= n % dist.get_world_size()
             out.append((collective, n * 4, slowest_rank_seconds(run, repeats, warmup)))
     return out
-
-
-def slowest_rank_seconds(run, repeats, warmup=1):
-    """Rank side: time ``run()`` ``repeats`` times, after ``warmup`` untimed calls.
-
-    All ranks start each repeat together (a barrier), and a repeat takes as
-    long as its slowest rank: a collective is done when the last rank is. The
-    same tuple of seconds comes back on every rank.
-
-    Under nccl each repeat is timed on the rank's GPU (``elapsed_seconds``)
-    and the slowest rank is found with a GPU tensor: nccl reduces nothing else.
-    """
-    device = collective_device()
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        elapsed = torch.tensor([elapsed_seconds(run, device)], dtype=torch.float64, device=device)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        times.append(elapsed.item())
-    return tuple(times)
-
-
-def collective_device():
-    """Rank side: where this rank's collectives work: its GPU under nccl, else the CPU.
-
-    nccl reduces only tensors on the GPU the rank was pinned to
-    (``torch.cuda.set_device``, which ``ddp_lab.launch`` calls); gloo works on
-    CPU tensors (and copies GPU tensors through the CPU).
-    """
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def elapsed_seconds(run, device):
-    """Seconds ``run()`` takes: by the CPU's clock, or on a GPU between two CUDA events.
-
-    GPU work is queued: a collective, a copy or a kernel returns to Python
-    before the GPU has done it, so a clock read on the CPU right after
-    ``run()`` would time the queueing. The two events are queued on the
-    GPU's current stream around the work, and ``end.synchronize()`` waits
-    until the GPU has reached the second one: their distance is the time the
-    GPU spent (Chapters 5 and 9).
-    """
-    if device.type != "cuda":
-        start = time.perf_counter()
-        run()
-        return time.perf_counter() - start
-    with torch.cuda.device(device):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
 
 
 def _warm_up(rounds=5):

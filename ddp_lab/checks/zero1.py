@@ -38,10 +38,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ddp_lab.checks.harness import collective_recorder, first_line, launch_checked, stuck_ranks
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
-from ddp_lab.launcher.api import launch
-from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
+from ddp_lab.launcher.errors import RankDied, RanksTimedOut
+from ddp_lab.validate import check_positive_int, is_int
 
 __all__ = ["check_zero1", "WIDTHS", "LR"]
 
@@ -62,7 +63,7 @@ class _Step:
     state: str  # a key of STATE_MESSAGES, or "ok"
     state_numel: int
     other_shard: int | None
-    collectives: list  # (op, numel) issued by step()
+    collectives: list  # the CollectiveCalls step() issued
 
 
 @dataclass
@@ -74,27 +75,6 @@ class _RankReport:
     error: str | None = None
     error_stage: str | None = None
     steps: list = field(default_factory=list)
-
-
-def _recorder():
-    """A TorchDispatchMode that writes down every c10d operation with its element count."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class CollectiveRecorder(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.calls = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = str(func)
-            if name.startswith("c10d."):
-                first = args[0] if args else None
-                tensors = first if isinstance(first, (list, tuple)) else [first]
-                numel = sum(t.numel() for t in tensors if isinstance(t, torch.Tensor))
-                self.calls.append((name.split(".")[1].strip("_"), numel))
-            return func(*args, **(kwargs or {}))
-
-    return CollectiveRecorder()
 
 
 def _flat(tensors):
@@ -118,7 +98,7 @@ def _run_on_rank(make_optimizer, steps, lr):
     numel = sum(p.numel() for p in model.parameters())
     report = _RankReport(rank, world_size, numel, -(-numel // world_size))
     reference_optimizer = torch.optim.Adam(ddp_copy.parameters(), lr=lr)
-    recorder = _recorder()
+    recorder = collective_recorder()
     generator = torch.Generator().manual_seed(1000 + rank)  # each rank its own batches
     stage = "building your optimizer: MyZeRO1(params, lr)"
     try:
@@ -226,29 +206,27 @@ def check_zero1(make_optimizer, *, world_size: int = 2, steps: int = 3, lr: floa
     if not callable(make_optimizer):
         raise TypeError(f"pass your class itself, e.g. check_zero1(MyZeRO1); got "
                         f"{type(make_optimizer).__name__}: {make_optimizer!r}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or not 2 <= world_size <= 4:
+    if not is_int(world_size) or not 2 <= world_size <= 4:
         raise ValueError(f"world_size must be 2, 3 or 4, got {world_size!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    check_positive_int('steps', steps)
     name = getattr(make_optimizer, "__name__", type(make_optimizer).__name__)
     subject = f"{name} vs DDP + Adam: {world_size} ranks, {steps} steps"
     total = 2 * steps + 1  # weights and state per step, communication
     wrong_signature = signature_mistake(make_optimizer, 2, "class MyZeRO1: def __init__(self, params, lr)")
     if wrong_signature:
         return CheckResult(subject, 0, total, "check", (wrong_signature,))
-    try:
-        reports = launch(_run_on_rank, world_size, args=(make_optimizer, steps, lr),
-                         backend="gloo", threads=1, timeout=timeout)
-    except RanksTimedOut as error:
-        where = "; ".join(f"rank {r}: {w}" for r, w in sorted(error.unfinished.items()))
+    reports, error = launch_checked(_run_on_rank, world_size, args=(make_optimizer, steps, lr),
+                                    threads=1, timeout=timeout)
+    if isinstance(error, RanksTimedOut):
+        where = stuck_ranks(error)
         return CheckResult(subject, 0, total, "check", (Mistake(
             "all ranks", "hang",
             f"the ranks did not finish within {timeout:g} s ({where}). A collective waits until every "
             f"rank calls it: does every rank call the same reduce-scatter and all-gather, with tensors "
             f"of the same size, in the same order? (a step() that returns early on one rank, or a "
             f"collective inside `if rank == ...`, hangs the others)"),))
-    except (RankFailed, RankDied) as error:
-        message = str(error).splitlines()[0]
+    if error is not None:
+        message = first_line(error)
         if isinstance(error, RankDied) and error.signal_name == "SIGABRT":
             message += (": gloo aborts a rank whose collective does not match the other ranks' (another "
                         "operation, or another size). Do all ranks call the same collectives, with tensors "
@@ -412,14 +390,14 @@ def _state_mistakes(reports, first_bad_weights):
 
 def _communication_mistakes(reports):
     report = reports[0]
-    calls = [op for step in report.steps for op, _ in step.collectives]
+    calls = [call.name for step in report.steps for call in step.collectives]
     if not calls:
         return [Mistake("communication", "no_collective",
                         "step() ran no collective: ZeRO-1 reduce-scatters the flat gradient "
                         "(reduce_scatter_single) and all-gathers the updated shards (all_gather_single)")]
     reduced = any(op.startswith("reduce_scatter") for op in calls)
-    full_all_reduce = any(op.startswith("allreduce") and numel >= report.numel
-                          for step in report.steps for op, numel in step.collectives)
+    full_all_reduce = any(call.name.startswith("allreduce") and call.numel >= report.numel
+                          for step in report.steps for call in step.collectives)
     if full_all_reduce and not reduced:
         return [Mistake("communication", "all_reduce",
                         "the whole gradient was all-reduced, then sliced: the result is right, but each "

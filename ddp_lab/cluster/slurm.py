@@ -46,6 +46,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from ddp_lab.validate import check_positive_int
 
 __all__ = [
     "SlurmEnvironmentError",
@@ -265,8 +266,7 @@ def torchrun_args_from_slurm(environ: Mapping | None = None, *, nproc_per_node: 
     ['--nnodes', '2', '--nproc_per_node', '4', '--rdzv_id', '77', '--rdzv_backend', 'c10d', '--rdzv_endpoint', 'gpu07:20077']
     """
     environ = os.environ if environ is None else environ
-    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
-        raise ValueError(f"nproc_per_node must be a positive int, got {nproc_per_node!r}")
+    check_positive_int('nproc_per_node', nproc_per_node)
     nodes = _get_int(environ, "SLURM_NNODES", "SLURM_JOB_NUM_NODES", minimum=1)
     master_addr, port = _master(environ, master_port)
     return ["--nnodes", str(nodes), "--nproc_per_node", str(nproc_per_node),

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ddp_lab.cluster.torchrun import free_port, run_together
+from ddp_lab.validate import check_positive_int
 
 __all__ = ["dry_run_sbatch", "task_environment", "srun_here"]
 
@@ -94,8 +95,7 @@ def srun_here(command, *, nodes: int = 2, tasks_per_node: int = 2, job_id: int =
     :class:`ddp_lab.cluster.torchrun.TorchrunRun` per task, in task order.
     """
     for name, value in (("nodes", nodes), ("tasks_per_node", tasks_per_node)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_int(name, value)
     nodelist = ",".join(["localhost"] * nodes)
     port = str(free_port())
     envs = [{**task_environment(p, nodes=nodes, tasks_per_node=tasks_per_node, job_id=job_id,

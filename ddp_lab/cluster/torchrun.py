@@ -39,9 +39,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ddp_lab.host import loopback_interface
+from ddp_lab.validate import check_int_at_least, check_positive_int
 
 __all__ = ["TorchrunRun", "free_port", "torchrun_command", "run_torchrun", "run_two_nodes", "run_together",
            "RESTART_SAFE"]
@@ -141,10 +141,9 @@ def torchrun_command(script, args=(), *, nproc_per_node=2, max_restarts=0, nnode
     same on every node) and announces itself as ``127.0.0.1``
     (``--local-addr``), so the workers' ``MASTER_ADDR`` is loopback too.
     """
-    _check_positive_int("nproc_per_node", nproc_per_node)
-    _check_positive_int("nnodes", nnodes)
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    check_positive_int("nproc_per_node", nproc_per_node)
+    check_positive_int("nnodes", nnodes)
+    check_int_at_least('max_restarts', max_restarts, 0)
     words = [sys.executable, "-m", "torch.distributed.run"]
     if nnodes == 1 and rdzv_endpoint is None:
         words += ["--standalone"]
@@ -336,8 +335,3 @@ def _descendants(pid: int) -> list:
         return psutil.Process(pid).children(recursive=True)
     except Exception:  # psutil missing, or the process just exited
         return []
-
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -21,6 +21,8 @@ list of tensors (the ``gather_list`` of ``gather``, the output list of
 ``scatter_list`` of a rank that is not the root). Everything is copied to the
 CPU and detached, so a record is plain data: it pickles back to the notebook
 and stays unchanged when the rank goes on modifying its tensors.
+
+Used in Chapter 5, whose pictures of every collective are drawn from these records.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ sends). It is correct and easy to write, and it is what a parameter server
 does. Its cost is the lesson: rank 0 sends and receives (W-1) x N values
 while the other ranks mostly wait, so its time grows with W. The ring
 (``ddp_lab.collectives.ring``) has every rank send 2(W-1)/W x N instead.
+
+Used in Chapter 6, as the all-reduce that the ring improves on.
 """
 
 from __future__ import annotations

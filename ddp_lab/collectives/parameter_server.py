@@ -14,6 +14,8 @@ the whole step waits for it. A ring all-reduce spreads the same work evenly:
 every rank sends 2 (W - 1) / W x n, less than 2n however large W grows (see
 ``ddp_lab.cost``). The server is also a single point of failure, and its code
 differs from the workers', where all-reduce runs the same code everywhere.
+
+Used in Chapter 1 and Chapter 5 (a parameter server against an all-reduce).
 """
 
 from __future__ import annotations

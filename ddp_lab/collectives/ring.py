@@ -27,6 +27,8 @@ Two engineering details make this Python ring keep up with gloo's C++ one:
   network thread, which, with more ranks than cores, waits for a core each
   time. At 1 MiB and 4 ranks on 2 cores, posting early cut the ring's time
   per call by about a quarter.
+
+Used in Chapter 1 and Chapter 6, and read in Lab 3.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@
 
 The inputs are small whole numbers (seeded), so the sums in the animation
 can be checked by eye.
+
+Used in Chapter 6. It runs in the notebook and starts ranks with
+``ddp_lab.launch``: the one notebook-side module of ``collectives/``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ddp_lab.launcher.api import launch
+from ddp_lab.validate import check_int_at_least
 
 ALGORITHMS = ("ring", "naive")
 
@@ -45,8 +49,7 @@ def run_traced_all_reduce(algorithm="ring", world_size=4, length=8, *, op="sum",
     """Run ``algorithm`` ("ring" or "naive") on ``world_size`` fresh ranks."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}: use one of {ALGORITHMS}")
-    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-        raise ValueError(f"length must be an int >= 0, got {length!r}")
+    check_int_at_least('length', length, 0)
     per_rank = launch(_traced_rank, world_size, args=(algorithm, length, seed, op),
                       backend="gloo", timeout=timeout)
     inputs, results, expected, traces = zip(*per_rank)

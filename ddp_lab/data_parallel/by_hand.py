@@ -17,6 +17,8 @@ Step 0, done once, makes the replicas start equal: :func:`broadcast_parameters`.
 
 Everything here runs inside a rank, with the default process group set up
 (``ddp_lab.launch`` does that).
+
+Used in Chapters 7 and 8.
 """
 
 from __future__ import annotations

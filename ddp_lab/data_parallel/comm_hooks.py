@@ -18,6 +18,8 @@ sent, so the bytes it counts are the bytes on the wire::
     ddp_model.register_comm_hook(log, fp16_compress_wrapper(counting_allreduce_hook))
 
 Runs inside a rank; the log is plain data and can be returned to the notebook.
+
+Used in Chapter 8.
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ strings that can be returned to the notebook, tested and drawn
 DDP builds its final buckets during the first backward pass, in the order
 gradients become ready there, so :func:`record_backward` runs a few warm-up
 steps before the one it records.
+
+Used in Chapter 8 (buckets, and communication overlapping the backward pass).
 """
 
 from __future__ import annotations

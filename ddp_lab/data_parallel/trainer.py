@@ -43,6 +43,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler
+from ddp_lab.validate import check_positive_int
 
 __all__ = ["EpochMetrics", "Trainer", "reduce_sums"]
 
@@ -102,8 +103,7 @@ class Trainer:
             raise RuntimeError("Trainer needs an initialised process group: run it under "
                                "ddp_lab.launch or torchrun (dist.init_process_group first)")
         for name, value in (("batch_size", batch_size), ("epochs", epochs), ("save_every", save_every)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_positive_int(name, value)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = _device_of_this_rank()
         self.epochs, self.save_every, self.log_enabled = epochs, save_every, log

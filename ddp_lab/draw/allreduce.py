@@ -16,6 +16,8 @@ step. Conventions:
 ``animate(run)`` returns a matplotlib ``FuncAnimation``; ``to_html(run)``
 renders it as self-contained HTML with play and step controls, which works
 in a live notebook and in the static book alike.
+
+Used in Chapter 6.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ value may be coloured as a rank's.
 
 The function returns a matplotlib Figure (closed in pyplot, so a notebook
 shows it once, as the value of the cell).
+
+Used in Chapter 5.
 """
 
 from __future__ import annotations

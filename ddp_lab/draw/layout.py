@@ -28,6 +28,8 @@ Conventions of the pictures:
 The functions return a matplotlib Figure (already closed in pyplot), so a
 notebook shows it once, as the value of the cell; save it with
 ``fig.savefig(...)``.
+
+Used in Chapters 2 and 12 and in Lab 1.
 """
 
 from __future__ import annotations

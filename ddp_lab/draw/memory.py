@@ -12,6 +12,8 @@
   precision, optimizer and GPU memory, redrawing the bars (needs a kernel).
 
 The numbers come from :mod:`ddp_lab.memory`; nothing here computes a formula.
+
+Used in Chapter 15.
 """
 
 from __future__ import annotations

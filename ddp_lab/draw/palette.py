@@ -4,7 +4,10 @@ Okabe and Ito chose these eight colours to stay distinct for readers with
 any common form of colour blindness ("Color Universal Design", 2002), which
 is why every picture of the book draws ranks, buckets, GPUs and curves with
 them. A drawing module names the colours it uses (``BLUE``, ``ORANGE``) and
-orders them as its picture needs; no module types a colour code itself.
+orders them as its picture needs; only a shade that one picture alone uses
+is written where it is used.
+
+Every picture of the book (Chapters 2 to 15, Lab 1) takes its colours from here.
 """
 
 # Okabe-Ito, in their own order.

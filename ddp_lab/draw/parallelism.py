@@ -21,6 +21,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from ddp_lab.model_parallel.pipeline import bubble_fraction, pipeline_schedule
 from ddp_lab.draw.palette import BLUE, GREEN, GREY, ORANGE, PANEL, PURPLE, SKY_BLUE, VERMILLION, YELLOW
+from ddp_lab.validate import check_int_between
 
 __all__ = ["draw_dataparallel_vs_ddp", "draw_pipeline_schedule", "draw_pipeline_schedules",
            "draw_tensor_parallel"]
@@ -61,8 +62,7 @@ def _towards(a, b, half_a, half_b):
 
 def draw_dataparallel_vs_ddp(gpus: int = 4) -> Figure:
     """DataParallel (one process, GPU 0 as hub) beside DDP (one process per GPU, a ring)."""
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 2 <= gpus <= 8:
-        raise ValueError(f"gpus must be an int from 2 to 8, got {gpus!r}")
+    check_int_between('gpus', gpus, 2, 8)
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 5.0))
     plt.close(fig)
     for ax in axes:

@@ -5,6 +5,8 @@
 shaded by the class the model predicts, so one picture shows both the data
 and what was learned. Nothing here starts a process; the model is evaluated
 here, in the notebook, on a grid of points.
+
+Used in Chapters 7 and 10.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ is the communication the backward pass did not hide.
 
 :func:`draw_timelines` stacks several timelines (two bucket sizes, say) on
 one shared time axis for comparison.
+
+Used in Chapter 8.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
     ...     t = torch.tensor([x * (dist.get_rank() + 1)])
     ...     dist.all_reduce(t)            # sum over the ranks
     ...     return t.item()
-    >>> ddp_lab.launch(total, 4, args=(1.0,))
+    >>> ddp_lab.launch(total, 4, args=(1.0,), backend="gloo")
     [10.0, 10.0, 10.0, 10.0]
 
 The function may be defined in the notebook itself (closures, lambdas,

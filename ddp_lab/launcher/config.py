@@ -3,15 +3,17 @@
 Everything here is checked in the notebook, before any process exists: a
 mistake in the arguments gets a clear message naming the bad value and what
 is allowed, instead of a crash in four processes at once.
+
+Chapter 3 shows how ``backend="auto"`` decides; Chapter 14 asks it on a GPU machine.
 """
 
 from __future__ import annotations
 
-import numbers
 import os
 from dataclasses import dataclass
 
 from ddp_lab.host import available_cores, cuda_device_count
+from ddp_lab.validate import check_positive_int, is_number
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEFAULT_TIMEOUT = 60.0
@@ -43,15 +45,15 @@ class Plan:
 def make_plan(world_size, *, backend="auto", nodes=1, threads=None,
               timeout=DEFAULT_TIMEOUT, init_process_group=True):
     """Check the arguments of a launch and resolve ``backend="auto"``."""
-    _check_positive_int("world_size", world_size, MAX_WORLD_SIZE,
+    check_positive_int("world_size", world_size, MAX_WORLD_SIZE,
                         "processes on this one machine")
-    _check_positive_int("nodes", nodes)
+    check_positive_int("nodes", nodes)
     if world_size % nodes:
         raise ValueError(
             f"world_size={world_size} cannot be split evenly over nodes={nodes}: "
             f"use a nodes value that divides {world_size}")
     if threads is not None:
-        _check_positive_int("threads", threads, MAX_THREADS, "threads per rank")
+        check_positive_int("threads", threads, MAX_THREADS, "threads per rank")
     timeout = check_timeout(timeout)
     return Plan(
         world_size=world_size,
@@ -69,7 +71,7 @@ def check_timeout(timeout, name="timeout"):
     Checked before anything starts or is sent, so a bad value never leaves
     ranks running (or stopped) behind a confusing error. Returns it as a float.
     """
-    if (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+    if (not is_number(timeout)
             or not timeout > 0 or timeout == float("inf")):
         raise ValueError(f"{name} must be a finite number of seconds > 0, got {timeout!r} "
                          f"(and at most {MAX_TIMEOUT:g}, one week)")
@@ -121,13 +123,6 @@ def threads_per_rank(world_size):
                 "share the cores")
         return int(configured)
     return max(1, available_cores() // world_size)
-
-
-def _check_positive_int(name, value, maximum=None, what=""):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be at most {maximum} ({what}), got {value!r}")
 
 
 _said = set()

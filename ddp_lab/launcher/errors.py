@@ -7,6 +7,8 @@ out of time raises an error that is also a built-in ``TimeoutError``, so
 
 Each can be pickled (``__reduce__`` gives the arguments back), so it can
 cross a process boundary too: a launch run inside another process pool, say.
+
+Chapter 3 on: what a failed launch says (Chapter 8 catches ``RankFailed``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ Python's ``gc`` module for a process that forks without exec:
 ``torch._dynamo`` is imported too because any rank that builds an optimizer
 needs it: torch's optimizers import it when their first parameter group is
 added.
+
+Part of the machinery of Chapter 3's ``launch``.
 """
 
 import gc

@@ -16,6 +16,8 @@ Line magic commands: ``start N [--backend B] [--nodes K] [--threads T]
 named with its signal). The cell magic takes
 ``--timeout S``. Every cell runs on every rank, in the ranks' own variables
 (``torch``, ``dist``, ``rank``, ``world_size``, ``local_rank`` to begin with).
+
+No chapter uses it yet: a documented tool (README, "Ranks that stay between cells").
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ its own and rendered rank by rank, every line labelled::
 
     [rank 0] hello from 0
     [rank 1] hello from 1
+
+Every chapter that launches shows its ranks' output this way (Chapter 3 explains it).
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ failed, deaf to Ctrl-C, or past the timeout), or a rank died, they are
 stopped with a line that says why, and ``restart()`` starts fresh ones:
 their variables are gone. A rank found dead before a call starts is named,
 and the call runs on no rank.
+
+No chapter uses it yet: a documented tool (README, "Ranks that stay between cells").
 """
 
 from __future__ import annotations

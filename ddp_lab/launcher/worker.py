@@ -17,6 +17,8 @@ A helper thread reads the messages from the notebook. It answers "where are
 you?" questions with the main thread's stack, even while the main thread is
 stuck in a collective, turns an ``interrupt`` into Ctrl-C for the job it
 names, and stops the rank if the notebook goes away.
+
+Chapter 3 shows, in outline, what a rank runs before the reader's function.
 """
 
 from __future__ import annotations

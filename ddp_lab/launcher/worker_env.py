@@ -11,6 +11,8 @@ torchrun tells every process who it is through environment variables.
   on a GPU machine it is also the index of the GPU the process drives.
 - ``GROUP_RANK``: the index of this node (torchrun's ``--node_rank``).
 - ``MASTER_ADDR`` / ``MASTER_PORT``: where the rendezvous store listens.
+
+Chapters 2 and 3 print these variables; Chapter 11 shows torchrun setting the same.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ The ranks are forked from a forkserver (``ddp_lab.launcher.forkserver``).
 The rendezvous store (where ranks find each other) is hosted here, in the
 notebook, on a loopback socket the operating system picked, exactly as
 torchrun's agent hosts it. Two notebooks launching at once get two ports.
+
+The machinery behind Chapter 3's ``launch``.
 """
 
 from __future__ import annotations

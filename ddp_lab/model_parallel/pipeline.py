@@ -25,11 +25,14 @@ and more micro-batches make it smaller. The schedules differ in memory:
 forward on stage s needs the same micro-batch's forward on s - 1, a backward
 on s needs its backward on s + 1 (or its own forward, on the last stage), and
 a stage does one thing at a time, in its schedule's order.
+
+Used in Chapter 15.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from ddp_lab.validate import check_positive_int
 
 __all__ = ["Slot", "SCHEDULES", "pipeline_schedule", "bubble_fraction"]
 
@@ -69,8 +72,7 @@ def pipeline_schedule(stages: int, microbatches: int, schedule: str = "gpipe", *
     [(1, 'F', 0, 1.0), (1, 'F', 1, 2.0), (1, 'B', 0, 3.0), (1, 'B', 1, 5.0)]
     """
     for name, value in (("stages", stages), ("microbatches", microbatches)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_int(name, value)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}; got {schedule!r}")
     if not (forward > 0 and backward > 0):

@@ -16,6 +16,8 @@ stays within a node, on its fastest links.
 
 :func:`tensor_parallel_mlp` runs inside a rank; the notebook compares its
 result with the unsplit block computed in one process.
+
+Used in Chapter 15.
 """
 
 from __future__ import annotations
