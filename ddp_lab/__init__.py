@@ -34,16 +34,11 @@ drawing), so a pure module such as ``ddp_lab.topology`` or the Slurm helper
 costs no torch.
 """
 
+from ddp_lab.launcher import EXPORTS as _LAUNCHER_EXPORTS  # light: names, no imports
 from ddp_lab.lazy import lazy_exports
 
 _EXPORTS = {
-    "launch": "ddp_lab.launcher.api",
-    "start_forkserver": "ddp_lab.launcher.forkserver",
-    "Ranks": "ddp_lab.launcher.persistent",
-    "LaunchError": "ddp_lab.launcher.errors",
-    "RankFailed": "ddp_lab.launcher.errors",
-    "RankDied": "ddp_lab.launcher.errors",
-    "RanksTimedOut": "ddp_lab.launcher.errors",
+    **_LAUNCHER_EXPORTS,  # launch, start_forkserver, Ranks and the errors
     "Topology": "ddp_lab.topology",
     "Process": "ddp_lab.topology",
     "devices_for": "ddp_lab.devices",

@@ -37,7 +37,7 @@ kind           from -> to                  answered by
 
 from ddp_lab.lazy import lazy_exports
 
-_EXPORTS = {
+EXPORTS = {  # also what ddp_lab itself exports from here
     "launch": "ddp_lab.launcher.api",
     "start_forkserver": "ddp_lab.launcher.forkserver",
     "Ranks": "ddp_lab.launcher.persistent",
@@ -46,5 +46,5 @@ _EXPORTS = {
     "RankDied": "ddp_lab.launcher.errors",
     "RanksTimedOut": "ddp_lab.launcher.errors",
 }
-__all__ = list(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = list(EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
