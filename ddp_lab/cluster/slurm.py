@@ -36,8 +36,9 @@ The node list comes compressed, as in ``gpu[01-03,07],cpu5``; on a cluster
 same here without Slurm.
 
 Chapter 13 uses it; ``ddp_lab.cluster.slurm_sandbox`` runs an sbatch script
-and the tasks of ``srun`` on one machine. This module imports no torch and
-nothing else from ddp_lab: every Slurm task of a job pays its start-up.
+and the tasks of ``srun`` on one machine. This module imports no torch (from
+ddp_lab, only the light ``ddp_lab.validate``): every Slurm task of a job pays
+its start-up.
 """
 
 from __future__ import annotations
