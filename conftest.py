@@ -16,3 +16,9 @@ from reproducible_numerics import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports 
 # Set, not defaulted: an OMP_NUM_THREADS=8 left in the shell would change the
 # float path, and every notebook would differ from its committed outputs.
 os.environ.update(REPRODUCIBLE_NUMERICS)
+
+# --doctest-modules imports every module to find its examples; these run
+# code when imported (the forkserver's preload freezes the garbage
+# collector), or are scripts, or need Sphinx: they have no examples.
+collect_ignore_glob = ["ddp_lab/launcher/forkserver_preload.py", "ddp_lab/*/__main__.py",
+                       "ddp_lab/checks/torchrun_probe.py", "book/_ext/*.py", "labs/scripts/*.py"]

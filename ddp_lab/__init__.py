@@ -10,47 +10,51 @@ The companion package of the book. The pieces a chapter uses:
 - ``Topology`` and ``devices_for``: ranks and devices of a cluster, by arithmetic.
 - ``ring_all_reduce`` and ``naive_all_reduce``: the book's own all-reduces,
   built from send/recv, and ``run_traced_all_reduce`` to watch them work.
-- ``ddp_lab.checks``: the labs' checkers; ``ddp_lab.bench``: benchmarks;
-  ``python -m ddp_lab.gpu_check``: every GPU path of the book, run and measured
-  on a GPU machine (``ddp_lab.gpu_check``).
 
-``import ddp_lab`` stays light: drawings (matplotlib, ipywidgets) live in
-``ddp_lab.draw`` and are imported only when asked for.
+The folders follow the book:
+
+- ``launcher/``: the machinery behind ``launch`` and ``Ranks`` (read it to
+  see how, skip it to learn DDP);
+- ``topology``, ``devices``, ``cost``, ``memory``, ``host``, ``units``,
+  ``validate``: arithmetic and small helpers, no process started;
+  ``models``, ``data``, ``activation_memory``: the model, the data set and
+  the memory of one process (Part I, Part III);
+- ``collectives/``: Part II's algorithms, run inside each rank;
+- ``data_parallel/``: Part III (DDP by hand, hooks, overlap, a trainer) and
+  ZeRO/FSDP (Part V);
+- ``model_parallel/``: tensor and pipeline parallelism (Part V);
+- ``cluster/``: torchrun, Slurm and the network (Part IV);
+- ``draw/``: the pictures; ``checks/``: the labs' checkers; ``bench/``:
+  benchmarks; ``gpu_check/``: ``python -m ddp_lab.gpu_check``, every GPU
+  path of the book, run and measured on a GPU machine.
+
+``import ddp_lab`` stays light: each name below is imported the first time
+it is used (torch comes with the first launch, matplotlib with the first
+drawing), so a pure module such as ``ddp_lab.topology`` or the Slurm helper
+costs no torch.
 """
 
-from .allreduce_runs import AllReduceRun, run_traced_all_reduce
-from .devices import device_for, devices_for
-from .errors import LaunchError, RankDied, RankFailed, RanksTimedOut
-from .launcher import launch
-from .naive import naive_all_reduce
-from .persistent import Ranks
-from .processes import start_forkserver
-from .ring import ring_all_reduce
-from .topology import Process, Topology
-from .trace import Trace
+from ddp_lab.launcher import EXPORTS as _LAUNCHER_EXPORTS  # light: names, no imports
+from ddp_lab.lazy import lazy_exports
 
-__all__ = [
-    "launch",
-    "start_forkserver",
-    "Ranks",
-    "LaunchError",
-    "RankFailed",
-    "RankDied",
-    "RanksTimedOut",
-    "Topology",
-    "Process",
-    "devices_for",
-    "device_for",
-    "ring_all_reduce",
-    "naive_all_reduce",
-    "Trace",
-    "run_traced_all_reduce",
-    "AllReduceRun",
-]
+_EXPORTS = {
+    **_LAUNCHER_EXPORTS,  # launch, start_forkserver, Ranks and the errors
+    "Topology": "ddp_lab.topology",
+    "Process": "ddp_lab.topology",
+    "devices_for": "ddp_lab.devices",
+    "device_for": "ddp_lab.devices",
+    "ring_all_reduce": "ddp_lab.collectives.ring",
+    "naive_all_reduce": "ddp_lab.collectives.naive",
+    "Trace": "ddp_lab.collectives.step_trace",
+    "run_traced_all_reduce": "ddp_lab.collectives.traced_all_reduce",
+    "AllReduceRun": "ddp_lab.collectives.traced_all_reduce",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 def load_ipython_extension(ipython):
     """``%load_ext ddp_lab``: register the ``%ddp`` and ``%%ddp`` magics."""
-    from .magic import DDPMagics
+    from ddp_lab.launcher.magic import DDPMagics
 
     ipython.register_magics(DDPMagics(ipython))

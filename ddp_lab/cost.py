@@ -27,9 +27,13 @@ because each rank must send more than ``n`` bytes. *Bus bandwidth* (busbw)
 multiplies algbw by the ring's factor (``bus_factor``): it is the speed each
 link actually ran at, so it can be compared with the hardware's link speed and
 across world sizes. This is the convention of nccl-tests.
+
+Used in Chapters 4 and 5, by the benchmarks, and by ``ddp_lab.links`` (Chapter 12).
 """
 
 from __future__ import annotations
+
+from ddp_lab.validate import check_positive_int
 
 COLLECTIVES = (
     "all_reduce",
@@ -48,11 +52,6 @@ COLLECTIVES = (
 def _check_collective(collective: str) -> None:
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
-
-
-def _check_world_size(world_size: int) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
 
 
 def transfer_time(nbytes: float, latency: float, bandwidth: float) -> float:
@@ -81,7 +80,7 @@ def bus_factor(collective: str, world_size: int) -> float:
     ``busbw = algbw * bus_factor(collective, W)``.
     """
     _check_collective(collective)
-    _check_world_size(world_size)
+    check_positive_int("world_size", world_size)
     w = world_size
     if collective == "all_reduce":
         return 2 * (w - 1) / w
@@ -95,7 +94,7 @@ def bus_factor(collective: str, world_size: int) -> float:
 def ring_steps(collective: str, world_size: int) -> int:
     """Latency-bound steps of the ring algorithm: each step pays the latency once."""
     _check_collective(collective)
-    _check_world_size(world_size)
+    check_positive_int("world_size", world_size)
     w = world_size
     if collective == "all_reduce":
         return 2 * (w - 1)
@@ -144,15 +143,6 @@ def busbw(collective: str, nbytes: float, seconds: float, world_size: int) -> fl
     Comparable across world sizes and with a link's rated speed.
     """
     return algbw(nbytes, seconds) * bus_factor(collective, world_size)
-
-
-def format_bytes(nbytes: float) -> str:
-    """``1536 -> '1.5 KiB'``: sizes the way the book prints them."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(nbytes) < 1024 or unit == "GiB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    raise AssertionError("unreachable")
 
 
 def fit_latency_bandwidth(nbytes, seconds) -> tuple[float, float]:

@@ -23,6 +23,7 @@ import numbers
 
 import torch
 from torch.utils.data import TensorDataset
+from ddp_lab.validate import check_positive_int
 
 __all__ = ["spirals", "split", "global_batches"]
 
@@ -37,8 +38,8 @@ def spirals(samples: int = 600, *, classes: int = 3, turns: float = 1.0,
     times around the origin; ``noise`` is the standard deviation of the
     Gaussian jitter added to both coordinates.
     """
-    _check_positive_int("samples", samples)
-    _check_positive_int("classes", classes)
+    check_positive_int("samples", samples)
+    check_positive_int("classes", classes)
     if classes < 2:
         raise ValueError(f"classes must be at least 2 (one arm per class), got {classes}")
     if not isinstance(noise, numbers.Real) or noise < 0:
@@ -59,7 +60,7 @@ def split(dataset: TensorDataset, validation: int) -> tuple[TensorDataset, Tenso
     A plain cut, no shuffle: :func:`spirals` already interleaves the classes,
     and a cut is the same on every rank.
     """
-    _check_positive_int("validation", validation)
+    check_positive_int("validation", validation)
     total = len(dataset)
     if validation >= total:
         raise ValueError(f"validation={validation} leaves no training sample out of {total}")
@@ -72,12 +73,12 @@ def global_batches(dataset: TensorDataset, batch_size: int, steps: int, *, seed:
     """``steps`` global batches ``(x, y)`` of ``batch_size`` samples, drawn with a seeded shuffle.
 
     The *global* batch is what one process would train on; data-parallel
-    ranks each take a slice of it (see :func:`ddp_lab.by_hand.shard`).
+    ranks each take a slice of it (see :func:`ddp_lab.data_parallel.by_hand.shard`).
     Calling this with the same arguments on every rank gives every rank the
     same list, so each can cut out its own part.
     """
-    _check_positive_int("batch_size", batch_size)
-    _check_positive_int("steps", steps)
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("steps", steps)
     if batch_size > len(dataset):
         raise ValueError(f"batch_size={batch_size} is larger than the dataset ({len(dataset)} samples)")
     generator = torch.Generator().manual_seed(seed)
@@ -91,8 +92,3 @@ def global_batches(dataset: TensorDataset, batch_size: int, steps: int, *, seed:
         batches.append((x[index], y[index]))
         start += batch_size
     return batches
-
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")

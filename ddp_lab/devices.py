@@ -12,18 +12,21 @@ a process only ever sees the GPUs of its own node, numbered from 0 there.
 (device(type='cuda', index=2), device(type='cuda', index=3))
 >>> devices_for(1, gpus_per_process=2, cuda_available=False)
 (device(type='cpu'), device(type='cpu'))
+
+Used in Chapters 2 and 14 and in Lab 1.
 """
 
 from __future__ import annotations
 
 import torch
+from ddp_lab.validate import is_int
 
 __all__ = ["devices_for", "device_for"]
 
 
 def _require_int(name: str, value: object, minimum: int) -> None:
     """Raise ValueError unless ``value`` is an int (not a bool) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise ValueError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")

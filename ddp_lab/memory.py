@@ -30,13 +30,16 @@ gradients and an all-gather of the updated parameters), stage 3 about 1.5
 times as many (the parameters are all-gathered again in the backward pass).
 
 Sizes are in bytes; GB here means 10⁹ bytes, as in the paper.
+
+Used in Chapter 15 and Lab 6.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
+
+from ddp_lab.units import format_gb
+from ddp_lab.validate import check_choice, check_positive_int, check_positive_number
 
 __all__ = [
     "STAGES",
@@ -86,8 +89,8 @@ class MemoryPerRank:
         return self.parameters + self.gradients + self.optimizer
 
     def __str__(self) -> str:
-        return (f"{self.stage:>6}: {_gb(self.total)} per rank (parameters {_gb(self.parameters)}, "
-                f"gradients {_gb(self.gradients)}, optimizer {_gb(self.optimizer)})")
+        return (f"{self.stage:>6}: {format_gb(self.total)} per rank (parameters {format_gb(self.parameters)}, "
+                f"gradients {format_gb(self.gradients)}, optimizer {format_gb(self.optimizer)})")
 
 
 def bytes_per_parameter(precision: str = "mixed", optimizer: str = "adam") -> BytesPerParameter:
@@ -102,8 +105,8 @@ def bytes_per_parameter(precision: str = "mixed", optimizer: str = "adam") -> By
     >>> bytes_per_parameter("mixed", "adam")
     BytesPerParameter(parameters=2, gradients=2, optimizer=12)
     """
-    _check_choice("precision", precision, PRECISIONS)
-    _check_choice("optimizer", optimizer, OPTIMIZERS)
+    check_choice("precision", precision, PRECISIONS)
+    check_choice("optimizer", optimizer, OPTIMIZERS)
     values = 4 * _OPTIMIZER_VALUES[optimizer]
     if precision == "mixed":
         return BytesPerParameter(2, 2, 4 + values)
@@ -115,12 +118,11 @@ def memory_per_rank(num_parameters: float, world_size: int, stage: str = "DDP", 
     """Bytes of parameters, gradients and optimizer state on each of ``world_size`` ranks.
 
     >>> str(memory_per_rank(7.5e9, 64, "ZeRO-1"))
-    'ZeRO-1: 31.4 GB per rank (parameters 15.0 GB, gradients 15.0 GB, optimizer 1.4 GB)'
+    'ZeRO-1: 31.4 GB per rank (parameters 15 GB, gradients 15 GB, optimizer 1.41 GB)'
     """
-    _check_positive("num_parameters", num_parameters)
-    if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
-    _check_choice("stage", stage, STAGES)
+    check_positive_number("num_parameters", num_parameters)
+    check_positive_int('world_size', world_size)
+    check_choice("stage", stage, STAGES)
     b = bytes_per_parameter(precision, optimizer)
     level = STAGES.index(stage)  # 0 for DDP; ZeRO-k shards the first k of: optimizer, gradients, parameters
 
@@ -149,21 +151,6 @@ def max_parameters(memory_bytes: float, world_size: int, stage: str = "DDP", *,
     >>> round(max_parameters(80e9, 1) / 1e9, 1)   # one 80 GB GPU, mixed-precision Adam
     5.0
     """
-    _check_positive("memory_bytes", memory_bytes)
+    check_positive_number("memory_bytes", memory_bytes)
     one = memory_per_rank(1, world_size, stage, precision=precision, optimizer=optimizer)
     return memory_bytes / one.total
-
-
-def _gb(n_bytes: float) -> str:
-    return f"{n_bytes / 1e9:.1f} GB"
-
-
-def _check_choice(name, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
-
-
-def _check_positive(name, value):
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0
-            or math.isinf(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")

@@ -13,11 +13,12 @@ a different one (which is what DDP's initial broadcast has to fix).
 
 from __future__ import annotations
 
-import numbers
 from collections import OrderedDict
 
 import torch
 from torch import nn
+
+from ddp_lab.validate import is_int
 
 __all__ = ["mlp", "parameter_count", "flat_parameters"]
 
@@ -30,7 +31,7 @@ def mlp(widths=(2, 64, 64, 3), *, seed: int | None = None) -> nn.Sequential:
     """
     widths = tuple(widths)
     if len(widths) < 2 or not all(
-            isinstance(w, numbers.Integral) and not isinstance(w, bool) and w > 0 for w in widths):
+            is_int(w) and w > 0 for w in widths):
         raise ValueError(f"widths must be at least two positive ints (inputs, ..., outputs), got {widths!r}")
     if seed is None:
         return _build(widths)

@@ -32,6 +32,7 @@ Process(global_rank=3, local_rank=1, node=1, gpus=(2, 3))
 from __future__ import annotations
 
 from dataclasses import dataclass
+from ddp_lab.validate import is_int
 
 __all__ = ["Process", "Topology", "divisors"]
 
@@ -61,7 +62,7 @@ def _require_count(name: str, value: object) -> None:
     of ``True`` or ``2.0`` is almost always a bug upstream (a comparison or a
     division that slipped in), so both are refused rather than guessed at.
     """
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise ValueError(
             f"{name} must be a whole number (an int such as 1, 2, 4), "
             f"got {value!r} of type {type(value).__name__}"
@@ -72,7 +73,7 @@ def _require_count(name: str, value: object) -> None:
 
 def _require_index(name: str, value: object, size: int, what: str) -> None:
     """Raise unless ``value`` is an int in ``range(size)``; ``what`` names the range."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise ValueError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
     if not 0 <= value < size:
         raise IndexError(f"{name}={value} is out of range: {what} run from 0 to {size - 1}")

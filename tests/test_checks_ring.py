@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks.ring import check_ring_all_reduce, textbook_sends
-from ddp_lab.ring import ring_all_reduce
+from ddp_lab.collectives.ring import ring_all_reduce
 
 
 def textbook_ring(tensor, *, forget_to_add=False, chunk_shift=0):

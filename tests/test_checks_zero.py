@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ddp_lab.checks.zero import check_memory_answer, check_zero1
+from ddp_lab.checks.memory_answer import check_memory_answer
+from ddp_lab.checks.zero1 import check_zero1
 from ddp_lab.memory import memory_table
 
 PSI, N = 1.5e9, 8

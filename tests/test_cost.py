@@ -5,6 +5,7 @@ import math
 import pytest
 
 from ddp_lab import cost
+from ddp_lab.units import format_bytes
 
 
 @pytest.mark.parametrize("w", [1, 2, 3, 4, 8, 64])
@@ -65,9 +66,9 @@ def test_bad_input_names_the_bad_value(call, message):
 
 
 def test_format_bytes():
-    assert cost.format_bytes(512) == "512 B"
-    assert cost.format_bytes(1536) == "1.5 KiB"
-    assert cost.format_bytes(4 * 2**20) == "4.0 MiB"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(4 * 2**20) == "4 MiB"
 
 
 def test_fit_latency_bandwidth_recovers_the_model():

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from ddp_lab.allreduce_runs import run_traced_all_reduce  # noqa: E402
+from ddp_lab.collectives.traced_all_reduce import run_traced_all_reduce  # noqa: E402
 from ddp_lab.draw import allreduce as draw  # noqa: E402
 
 

@@ -13,7 +13,7 @@ from matplotlib.patches import Rectangle
 import ddp_lab
 from ddp_lab.draw.collectives import (COMBINED, SHARED, cell_origin, draw_collective,
                                       format_value, rank_colour, value_origins)
-from ddp_lab.record import CollectiveRecord, record
+from ddp_lab.collectives.before_after import CollectiveRecord, record
 
 
 def all_gather_recorded():

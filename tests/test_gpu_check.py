@@ -19,7 +19,7 @@ import pytest
 import torch
 from jsonschema import Draft202012Validator
 
-from ddp_lab.bench.collectives import elapsed_seconds
+from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.cost import bus_factor
 from ddp_lab.draw.gpu_results import (draw_all_reduce_busbw, gpu_results_text, measured_on, no_results_message,
                                       report)
@@ -301,7 +301,7 @@ def test_the_all_reduce_measurement_runs_on_gloo_ranks_and_renders():
                                     "NCCL 2.21.5, torch 2.13.0+cu124)")
     assert text.splitlines()[1] == "gloo, 2 rank(s) on cpu, float32, 2 repeats of 2 calls per size, timed with perf_counter"
     assert text.splitlines()[3].split() == ["size", "time", "min", "median", "max", "algbw", "busbw", "busbw", "best"]
-    assert text.splitlines()[4].split()[:2] == ["1.0", "KiB"]
+    assert text.splitlines()[4].split()[:2] == ["1", "KiB"]
 
 
 def test_the_cpu_examples_check_passes_where_auto_picks_gloo():
@@ -354,10 +354,10 @@ def test_the_pages_render_a_gpu_file(tmp_path):
     text = gpu_results_text("all", tmp_path)
     assert text.startswith("GPU checks, measured on 2 × Test GPU on 2026-01-10 (driver 550.0, CUDA 12.4, ")
     assert "nccl, 2 rank(s) on cuda, float32, 2 repeats of 20 calls per size, timed with cuda events" in text
-    assert "   1.0 MiB     100 us     200 us     300 us" in text
+    assert "     1 MiB     100 us     200 us     300 us" in text
     copies = gpu_results_text("host_to_device", tmp_path).splitlines()
     assert copies[1] == "host to device (cuda:0), 3 repeats per size, timed with cuda events"
-    assert copies[3].split()[:5] == ["1.0", "MiB", "2.10", "GB/s", "10.49"]
+    assert copies[3].split()[:5] == ["1", "MiB", "2.10", "GB/s", "10.49"]
     assert "5.00x" in copies[3]
     figure = draw_all_reduce_busbw(stored_results(tmp_path))
     assert figure.axes[0].get_legend().get_texts()[0].get_text() == "2 × Test GPU, nccl, 2026-01-10"

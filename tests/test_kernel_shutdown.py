@@ -1,13 +1,15 @@
 """A Jupyter kernel that launched ranks shuts down at once and leaves nothing.
 
-Without ddp_lab.kernel_shutdown, ipykernel waited 29 s for the forkserver and
+Without ddp_lab.launcher.shutdown, ipykernel waited 29 s for the forkserver and
 the resource tracker, two children it never collects.
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -66,7 +68,7 @@ def wait_until_gone(pids, seconds=10.0):
 def test_a_kernel_told_to_shut_down_freezes_its_objects_so_exit_skips_collecting_them():
     # What ddp_lab does when the shell's exit_now turns True, in a fresh Python.
     code = ("import gc, torch\n"
-            "from ddp_lab.kernel_shutdown import _stop_helpers\n"
+            "from ddp_lab.launcher.shutdown import _stop_helpers\n"
             "before = gc.get_freeze_count()\n"
             "_stop_helpers({'new': True})\n"
             "print(before, gc.get_freeze_count())")
@@ -108,3 +110,35 @@ def test_the_kernel_shuts_down_promptly_and_leaves_no_process(kernel, cell):
 
     assert seconds < PROMPT_SHUTDOWN, f"the kernel took {seconds:.1f} s to exit"
     assert wait_until_gone(started) == []
+
+
+EXIT_MID_LAUNCH = """
+import json, os, threading, time
+import ddp_lab
+from ddp_lab.launcher import shutdown
+
+def slow():
+    time.sleep(600)
+
+if __name__ == "__main__":
+    threading.Thread(target=ddp_lab.launch, args=(slow, 2), kwargs={"timeout": 900}, daemon=True).start()
+    while not shutdown._live or len(next(iter(shutdown._live.values())).pids) < 2:
+        time.sleep(0.02)
+    print(json.dumps(next(iter(shutdown._live.values())).pids), flush=True)
+    # The main thread ends here, the launch still in flight: exit must stop its ranks
+    # (multiprocessing's own exit handler would wait for them for ever).
+"""
+
+
+def test_python_exiting_mid_launch_stops_the_ranks(tmp_path):
+    script = tmp_path / "exit_mid_launch.py"
+    script.write_text(EXIT_MID_LAUNCH)
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    pids = json.loads(done.stdout.splitlines()[-1])
+    assert len(pids) == 2 and seconds < 60
+    assert wait_until_gone(pids) == []

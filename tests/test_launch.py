@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.plan import available_cores
+from ddp_lab.host import available_cores
 
 
 def test_results_come_back_indexed_by_rank():
@@ -138,7 +138,7 @@ def garbage_collector_state():
 
 
 def test_ranks_inherit_torch_frozen_out_of_the_garbage_collectors_walks():
-    # ddp_lab.forkserver_preload imports torch with the collector off, then
+    # ddp_lab.launcher.forkserver_preload imports torch with the collector off, then
     # freezes what it made; ranks collect their own garbage as usual.
     for enabled, frozen in ddp_lab.launch(garbage_collector_state, 2):
         assert enabled
@@ -244,7 +244,7 @@ def test_results_and_failures_carry_real_objects():
 
 
 def test_backend_auto_says_what_it_chose(capsys):
-    import ddp_lab.plan as plan
+    import ddp_lab.launcher.config as plan
 
     plan._said.clear()
     ddp_lab.launch(os.getpid, 2)

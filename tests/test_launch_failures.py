@@ -248,7 +248,7 @@ def test_an_exception_whose_str_raises_is_reported_as_a_failure_of_the_users_cod
     assert caught.value.exc_type == "StrFails"
     assert "str() of this exception raised RuntimeError" in caught.value.exc_message
     assert "in work" in caught.value.remote_traceback
-    assert "rank_process.py" not in caught.value.remote_traceback
+    assert "worker.py" not in caught.value.remote_traceback
 
 
 def only_in_a_rank():

@@ -3,9 +3,9 @@
 import subprocess
 import sys
 
-from ddp_lab.output import RankOutput, render_by_rank
-from ddp_lab.rank_env import torchrun_environment
-from ddp_lab.where import describe_where
+from ddp_lab.launcher.output import RankOutput, render_by_rank
+from ddp_lab.launcher.worker_env import torchrun_environment
+from ddp_lab.launcher.where_stuck import describe_where
 
 
 def test_torchrun_environment_splits_ranks_over_nodes():

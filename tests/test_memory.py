@@ -1,5 +1,5 @@
 """Memory per rank under DDP and ZeRO (ddp_lab.memory), checked against the
-ZeRO paper's numbers, and against what real ranks hold (ddp_lab.sharded)."""
+ZeRO paper's numbers, and against what real ranks hold (ddp_lab.data_parallel.zero_fsdp)."""
 
 import pytest
 import torch
@@ -13,7 +13,8 @@ from ddp_lab.memory import (
     memory_per_rank,
     memory_table,
 )
-from ddp_lab.sharded import STRATEGIES, mlp, train_and_measure
+from ddp_lab.data_parallel.zero_fsdp import SIZES, STRATEGIES, train_and_measure
+from ddp_lab.models import mlp
 
 GB = 1e9
 
@@ -83,7 +84,7 @@ def all_strategies():
 def test_real_ranks_hold_what_the_formulas_say():
     """DDP, ZeRO-1 (ZeroRedundancyOptimizer) and FSDP on 2 gloo ranks, fp32 Adam."""
     results = ddp_lab.launch(all_strategies, 2, backend="gloo", timeout=120)
-    psi = sum(p.numel() for p in mlp().parameters())
+    psi = sum(p.numel() for p in mlp(SIZES).parameters())
     by = {(state.strategy, state.rank): (state, full) for rank_results in results for state, full in rank_results}
     for rank in (0, 1):
         ddp, _ = by["DDP", rank]
@@ -94,7 +95,7 @@ def test_real_ranks_hold_what_the_formulas_say():
         expected = memory_per_rank(psi, 2, "ZeRO-3", precision="fp32")
         assert (fsdp.parameters, fsdp.gradients, fsdp.optimizer) == (expected.parameters, expected.gradients,
                                                                      expected.optimizer)
-        assert fsdp.shapes["2.weight"] == (128, 256)  # rows 0-127 or 128-255 of a 256 x 256 matrix
+        assert fsdp.shapes["fc2.weight"] == (128, 256)  # rows 0-127 or 128-255 of a 256 x 256 matrix
     # ZeRO-1 splits the optimizer state by whole parameters: the two shares add up to one copy.
     zero1 = [by["ZeRO-1", rank][0] for rank in (0, 1)]
     assert sum(z.optimizer for z in zero1) == memory_per_rank(psi, 1, "DDP", precision="fp32").optimizer

@@ -1,12 +1,12 @@
-"""Pipeline schedules (ddp_lab.pipeline), a tensor-parallel MLP on real ranks
-(ddp_lab.tensor_parallel), and the pictures of Part V (ddp_lab.draw)."""
+"""Pipeline schedules (ddp_lab.model_parallel.pipeline), a tensor-parallel MLP on real ranks
+(ddp_lab.model_parallel.tensor_parallel), and the pictures of Part V (ddp_lab.draw)."""
 
 import pytest
 import torch
 
 import ddp_lab
-from ddp_lab.pipeline import bubble_fraction, pipeline_schedule
-from ddp_lab.tensor_parallel import mlp_block, tensor_parallel_mlp
+from ddp_lab.model_parallel.pipeline import bubble_fraction, pipeline_schedule
+from ddp_lab.model_parallel.tensor_parallel import mlp_block, tensor_parallel_mlp
 
 
 def in_flight(slots, stage):

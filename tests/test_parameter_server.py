@@ -6,7 +6,7 @@ import torch.distributed as dist
 
 import ddp_lab
 from ddp_lab import cost
-from ddp_lab.parameter_server import (Traffic, all_reduce_average, parameter_server_average,
+from ddp_lab.collectives.parameter_server import (Traffic, all_reduce_average, parameter_server_average,
                                       parameter_server_traffic)
 
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import ddp_lab
-import ddp_lab.processes
+import ddp_lab.launcher.worker_group
 
 
 @pytest.fixture
@@ -42,8 +42,8 @@ def test_a_stale_reply_is_dropped_by_its_job_id(ranks):
     def reply_to_an_old_job_first():
         import gc
 
-        from ddp_lab import protocol, serialize
-        from ddp_lab.rank_process import Inbox
+        from ddp_lab.launcher import protocol, serialize
+        from ddp_lab.launcher.worker import Inbox
 
         inbox = next(o for o in gc.get_objects() if isinstance(o, Inbox))
         inbox.reply(protocol.DONE, 1, serialize.dumps("A"))  # job 1 was the start-up job
@@ -66,7 +66,7 @@ def test_a_bad_timeout_is_refused_before_anything_is_sent(ranks):
 
 
 def test_an_exception_in_the_notebook_during_a_call_leaves_the_ranks_in_step(ranks, monkeypatch, capsys):
-    real_wait = ddp_lab.processes.wait
+    real_wait = ddp_lab.launcher.worker_group.wait
     calls = []
 
     def wait_failing_once(*args, **kwargs):
@@ -76,7 +76,7 @@ def test_an_exception_in_the_notebook_during_a_call_leaves_the_ranks_in_step(ran
         return real_wait(*args, **kwargs)
 
     ranks.execute("y = 1")
-    monkeypatch.setattr(ddp_lab.processes, "wait", wait_failing_once)
+    monkeypatch.setattr(ddp_lab.launcher.worker_group, "wait", wait_failing_once)
     with pytest.raises(RuntimeError, match="injected"):
         ranks.execute("import time\ntime.sleep(3600)\ny = 2")
     assert "RuntimeError in the notebook ended the call" in capsys.readouterr().out

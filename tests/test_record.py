@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.record import CollectiveRecord, record
+from ddp_lab.collectives.before_after import CollectiveRecord, record
 
 
 def all_reduce_recorded():

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ddp_lab.models import mlp
-from ddp_lab.saved_tensors import saved_for_backward
+from ddp_lab.activation_memory import saved_for_backward
 
 WIDTHS = (16, 32, 24, 5)
 

@@ -1,7 +1,7 @@
 """Code sent to the ranks keeps its file name and lines, whatever cloudpickle does.
 
 cloudpickle 3.1.3 renames every code object it ships by value to
-"<dynamic-code>"; these tests fail with it if ``ddp_lab.serialize`` is plain
+"<dynamic-code>"; these tests fail with it if ``ddp_lab.launcher.serialize`` is plain
 cloudpickle.
 """
 
@@ -12,7 +12,7 @@ import pytest
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab import serialize
+from ddp_lab.launcher import serialize
 
 
 def _nested():

@@ -1,4 +1,4 @@
-"""Slurm's variables mapped to torchrun's (ddp_lab.slurm), and the sbatch script.
+"""Slurm's variables mapped to torchrun's (ddp_lab.cluster.slurm), and the sbatch script.
 
 Sample environments are what Slurm sets for the tasks of real job shapes;
 the sbatch script runs against stand-ins for ``scontrol`` and ``srun`` that
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lab.slurm import (
+from ddp_lab.cluster.slurm import (
     SlurmEnvironmentError,
-    dry_run_sbatch,
     expand_hostlist,
     expand_tasks_per_node,
     master_port_for_job,
     torch_env_from_slurm,
     torchrun_args_from_slurm,
 )
+from ddp_lab.cluster.slurm_sandbox import dry_run_sbatch
 
 SBATCH = Path(__file__).resolve().parents[1] / "labs" / "scripts" / "train.sbatch"
 
@@ -164,7 +164,7 @@ def test_torchrun_arguments_for_one_task_per_node():
 
 def test_module_sets_the_variables_then_runs_the_command():
     env = {**os.environ, **task_env(6)}
-    command = [sys.executable, "-m", "ddp_lab.slurm", sys.executable, "-c",
+    command = [sys.executable, "-m", "ddp_lab.cluster.slurm", sys.executable, "-c",
                "import os; print(os.environ['RANK'], os.environ['LOCAL_RANK'], os.environ['MASTER_ADDR'])"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -17,7 +17,7 @@ import pytest
 import torch.distributed as dist
 
 import ddp_lab
-import ddp_lab.processes
+import ddp_lab.launcher.worker_group
 from conftest import rank_processes
 
 
@@ -112,7 +112,7 @@ def test_a_hundred_persistent_calls_never_return_a_stale_reply(monkeypatch):
     ddp_lab.launch(os.getpid, 2)
     before = resources()
     ranks = ddp_lab.Ranks(2, backend="gloo", timeout=20)
-    real_wait = ddp_lab.processes.wait
+    real_wait = ddp_lab.launcher.worker_group.wait
     try:
         for i, kind in enumerate(plan):
             if kind == "ok":
@@ -140,10 +140,10 @@ def test_a_hundred_persistent_calls_never_return_a_stale_reply(monkeypatch):
                         raise error
                     return real_wait(*args, **kwargs)
 
-                monkeypatch.setattr(ddp_lab.processes, "wait", wait_failing_once)
+                monkeypatch.setattr(ddp_lab.launcher.worker_group, "wait", wait_failing_once)
                 with pytest.raises(RuntimeError, match=f"injected {i}"):
                     ranks.run(sleep_for_ever)
-                monkeypatch.setattr(ddp_lab.processes, "wait", real_wait)
+                monkeypatch.setattr(ddp_lab.launcher.worker_group, "wait", real_wait)
                 assert ranks.running
             elif kind == "pull":
                 ranks.execute(f"v = ({i}, rank)")

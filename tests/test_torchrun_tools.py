@@ -1,4 +1,4 @@
-"""ddp_lab.torchrun: command lines, reading a run's output, and never leaving a process behind."""
+"""ddp_lab.cluster.torchrun: command lines, reading a run's output, and never leaving a process behind."""
 
 import sys
 import time
@@ -6,7 +6,8 @@ import time
 import psutil
 import pytest
 
-from ddp_lab.torchrun import TorchrunRun, book_script, free_port, run_together, script_function, torchrun_command
+from ddp_lab.cluster.scripts import book_script, script_function
+from ddp_lab.cluster.torchrun import TorchrunRun, free_port, run_together, torchrun_command
 
 
 def test_standalone_and_multi_node_command_lines():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddp_lab.torchrun import run_torchrun
+from ddp_lab.cluster.torchrun import run_torchrun
 
 TRAIN = Path(__file__).resolve().parents[1] / "labs" / "scripts" / "train.py"
 GPUS = torch.cuda.device_count()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddp_lab.torchrun import run_together, run_two_nodes, torchrun_command
+from ddp_lab.cluster.torchrun import run_together, run_two_nodes, torchrun_command
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "labs" / "scripts"
 TRAIN = SCRIPTS / "train.py"

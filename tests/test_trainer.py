@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import ddp_lab
 from ddp_lab.data import spirals, split
 from ddp_lab.models import flat_parameters, mlp
-from ddp_lab.trainer import EpochMetrics, Trainer, reduce_sums
+from ddp_lab.data_parallel.trainer import EpochMetrics, Trainer, reduce_sums
 
 EPOCHS = 4
 

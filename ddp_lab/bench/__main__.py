@@ -4,12 +4,14 @@
     python -m ddp_lab.bench allreduce  [--world-size 4] [--min 1KiB] [--max 64MiB] [--trace]
     python -m ddp_lab.bench collectives [--world-size 4] [--repeats 5] [--max-bytes N]
     python -m ddp_lab.bench training   [--world-sizes 1 2 4] ...  (see --help)
+
+The command Chapters 5, 6 and 10 show; each benchmark is described in its module.
 """
 
 import argparse
 import sys
 
-from . import allreduce, collectives, launch_speed, training
+from ddp_lab.bench import allreduce, collectives, launch_speed, training
 
 
 # These take their own options, --help included.

@@ -1,7 +1,7 @@
 """All-reduce time, algorithm and bus bandwidth vs message size.
 
 Compares torch's built-in ``dist.all_reduce`` with the book's own
-``ddp_lab.ring.ring_all_reduce`` (with tracing off, and optionally on), run
+``ddp_lab.collectives.ring.ring_all_reduce`` (with tracing off, and optionally on), run
 on the same ranks, interleaved size by size so that both see the same
 machine load::
 
@@ -11,6 +11,9 @@ Timing follows nccl-tests: after warm-up, every rank times a loop of calls
 between two barriers; the slowest rank's time per call counts (a collective
 is done when its last rank is done); the median of a few such loops is kept.
 Loops are sized by time, not by count, and the implementations take turns.
+
+Used in Chapter 1 (what an all-reduce costs), Chapter 6 (the book's ring
+against torch's) and Lab 3.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.bench.collectives import collective_device, slowest_rank_seconds
+from ddp_lab.bench.timing import collective_device, slowest_rank_seconds
 from ddp_lab.cost import bus_factor
-from ddp_lab.ring import ring_all_reduce
-from ddp_lab.trace import Trace
+from ddp_lab.collectives.ring import ring_all_reduce
+from ddp_lab.collectives.step_trace import Trace
+from ddp_lab.units import format_bytes, format_rate, format_seconds
 
 IMPLEMENTATIONS = ("builtin", "ring", "ring+trace")
 
@@ -147,21 +151,6 @@ def format_table(table, baseline="builtin"):
                 line += f"{ratio:>20.2f}x"
         lines.append(line)
     return "\n".join(lines)
-
-
-def format_bytes(n):
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n} B"
-
-
-def format_seconds(s):
-    return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
-
-
-def format_rate(bytes_per_second):
-    return f"{bytes_per_second / 1e9:.2f} GB/s"
 
 
 def parse_size(text):

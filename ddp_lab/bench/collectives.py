@@ -18,18 +18,21 @@ Conventions (those of nccl-tests, see ``ddp_lab.cost``):
 The baseline, measured in the same run: ``send_recv``, one tensor of
 ``nbytes`` sent from rank 0 to rank 1, the speed of a single link. A ring
 collective whose busbw equals the link's is as fast as the links allow.
+
+Used in Chapters 4 and 5 and Lab 2.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from ddp_lab.cost import algbw, bus_factor, format_bytes
+from ddp_lab.cost import algbw, bus_factor
+from ddp_lab.bench.timing import slowest_rank_seconds
+from ddp_lab.units import format_bytes, format_rate, format_seconds
 
 COLLECTIVES = ("send_recv", "broadcast", "reduce", "all_reduce", "scatter", "gather",
                "all_gather", "reduce_scatter")
@@ -110,63 +113,6 @@ def time_on_ranks(collectives, sizes, repeats, warmup=1):
     return out
 
 
-def slowest_rank_seconds(run, repeats, warmup=1):
-    """Rank side: time ``run()`` ``repeats`` times, after ``warmup`` untimed calls.
-
-    All ranks start each repeat together (a barrier), and a repeat takes as
-    long as its slowest rank: a collective is done when the last rank is. The
-    same tuple of seconds comes back on every rank.
-
-    Under nccl each repeat is timed on the rank's GPU (``elapsed_seconds``)
-    and the slowest rank is found with a GPU tensor: nccl reduces nothing else.
-    """
-    device = collective_device()
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        elapsed = torch.tensor([elapsed_seconds(run, device)], dtype=torch.float64, device=device)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        times.append(elapsed.item())
-    return tuple(times)
-
-
-def collective_device():
-    """Rank side: where this rank's collectives work: its GPU under nccl, else the CPU.
-
-    nccl reduces only tensors on the GPU the rank was pinned to
-    (``torch.cuda.set_device``, which ``ddp_lab.launch`` calls); gloo works on
-    CPU tensors (and copies GPU tensors through the CPU).
-    """
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def elapsed_seconds(run, device):
-    """Seconds ``run()`` takes: by the CPU's clock, or on a GPU between two CUDA events.
-
-    GPU work is queued: a collective, a copy or a kernel returns to Python
-    before the GPU has done it, so a clock read on the CPU right after
-    ``run()`` would time the queueing. The two events are queued on the
-    GPU's current stream around the work, and ``end.synchronize()`` waits
-    until the GPU has reached the second one: their distance is the time the
-    GPU spent (Chapters 5 and 9).
-    """
-    if device.type != "cuda":
-        start = time.perf_counter()
-        run()
-        return time.perf_counter() - start
-    with torch.cuda.device(device):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
-
-
 def _warm_up(rounds=5):
     """The first messages between two ranks pay for setting up their connection:
     send a few before measuring anything."""
@@ -208,27 +154,9 @@ def table(rows: list[Timing]) -> str:
     lines = [f"{'collective':<15}{'size':>10}{'time':>12}{'algbw':>14}{'busbw':>14}{'busbw/link':>12}"]
     for r in rows:
         ratio = f"{r.busbw / link[r.nbytes]:.2f}" if r.nbytes in link and link[r.nbytes] else "-"
-        lines.append(f"{r.collective:<15}{format_bytes(r.nbytes):>10}{format_time(r.seconds):>12}"
+        lines.append(f"{r.collective:<15}{format_bytes(r.nbytes):>10}{format_seconds(r.seconds):>12}"
                      f"{format_rate(r.algbw):>14}{format_rate(r.busbw):>14}{ratio:>12}")
     return "\n".join(lines)
-
-
-def format_time(seconds: float) -> str:
-    """``0.00042 -> '420 us'``: a time the way the benchmark tables print it."""
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
-
-
-def format_rate(bytes_per_second: float) -> str:
-    """``1.5e9 -> '1.50 GB/s'``: a bandwidth in decimal units, as nccl-tests prints them."""
-    for unit in ("B/s", "KB/s", "MB/s", "GB/s"):
-        if bytes_per_second < 1000 or unit == "GB/s":
-            return f"{bytes_per_second:.2f} {unit}"
-        bytes_per_second /= 1000
-    raise AssertionError("unreachable")
 
 
 def report(world_size: int = 4, repeats: int = 5, sizes=SIZES, collectives=COLLECTIVES) -> list[Timing]:
@@ -287,7 +215,7 @@ def time_all_reduces(functions: dict, world_size: int = 4, nbytes: int = 2 ** 22
 
 
 def _time_averages(numel, repeats):
-    from ddp_lab.parameter_server import all_reduce_average, parameter_server_average
+    from ddp_lab.collectives.parameter_server import all_reduce_average, parameter_server_average
 
     def timed(average):
         tensor = torch.ones(numel)

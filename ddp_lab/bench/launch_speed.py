@@ -9,6 +9,9 @@ Measured from the call to having every rank's result back:
   ddp_lab's ranks do, so that the two are compared like for like.
 - ``ddp_lab.launch``: first call (starts the forkserver) and repeated calls.
 - persistent ranks: one ``%%ddp`` cell on ranks that are already running.
+
+No chapter runs it: ``python -m ddp_lab.bench launch_speed`` measures what
+starting the ranks of Chapter 3's ``launch`` costs, against the plain ways.
 """
 
 from __future__ import annotations
@@ -17,15 +20,18 @@ import multiprocessing
 import os
 import socket
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing
 
 import ddp_lab
-from ddp_lab.plan import available_cores
-from ddp_lab.rank_process import leave_process_group
+from ddp_lab.host import available_cores
+from ddp_lab.launcher.worker import leave_process_group
+from ddp_lab.bench.timing import elapsed_seconds
+from ddp_lab.units import format_seconds
+
+CPU = torch.device("cpu")
 
 
 def trivial_all_reduce():
@@ -48,9 +54,8 @@ def _spawned_rank(rank, world_size, port):
 
 
 def time_mp_spawn(world_size):
-    start = time.perf_counter()
-    torch.multiprocessing.spawn(_spawned_rank, args=(world_size, _free_port()), nprocs=world_size)
-    return time.perf_counter() - start
+    return elapsed_seconds(lambda: torch.multiprocessing.spawn(
+        _spawned_rank, args=(world_size, _free_port()), nprocs=world_size), CPU)
 
 
 def _forked_rank(rank, world_size, port, results, skip_gloo_teardown):
@@ -66,37 +71,32 @@ def _forked_rank(rank, world_size, port, results, skip_gloo_teardown):
 
 def time_plain_fork(world_size, skip_gloo_teardown=False):
     """A plain fork launcher. With ``skip_gloo_teardown`` its ranks leave gloo's
-    slow teardown to the process exit, as ddp_lab's ranks do (rank_process.py)."""
+    slow teardown to the process exit, as ddp_lab's ranks do (launcher/worker.py)."""
     context = multiprocessing.get_context("fork")
-    start = time.perf_counter()
-    port = _free_port()
-    pipes = [context.Pipe(duplex=False) for _ in range(world_size)]
-    processes = [context.Process(target=_forked_rank,
-                                 args=(r, world_size, port, pipes[r][1], skip_gloo_teardown))
-                 for r in range(world_size)]
-    for p in processes:
-        p.start()
-    [reader.recv() for reader, _ in pipes]
-    for p in processes:
-        p.join()
-    return time.perf_counter() - start
+
+    def start_and_join():
+        port = _free_port()
+        pipes = [context.Pipe(duplex=False) for _ in range(world_size)]
+        processes = [context.Process(target=_forked_rank,
+                                     args=(r, world_size, port, pipes[r][1], skip_gloo_teardown))
+                     for r in range(world_size)]
+        for p in processes:
+            p.start()
+        [reader.recv() for reader, _ in pipes]
+        for p in processes:
+            p.join()
+
+    return elapsed_seconds(start_and_join, CPU)
 
 
 def time_launch(world_size):
-    start = time.perf_counter()
-    ddp_lab.launch(trivial_all_reduce, world_size, backend="gloo")
-    return time.perf_counter() - start
+    return elapsed_seconds(lambda: ddp_lab.launch(trivial_all_reduce, world_size, backend="gloo"), CPU)
 
 
 def time_cells(world_size, repeats):
     with ddp_lab.Ranks(world_size, backend="gloo") as ranks:
         ranks.execute("t = torch.ones(1)")
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            ranks.execute("dist.all_reduce(t)")
-            times.append(time.perf_counter() - start)
-    return times
+        return [elapsed_seconds(lambda: ranks.execute("dist.all_reduce(t)"), CPU) for _ in range(repeats)]
 
 
 def main(world_size=4, repeats=20):
@@ -116,8 +116,4 @@ def main(world_size=4, repeats=20):
           f"{available_cores()} cores, torch {torch.__version__}\n")
     print(f"{'launcher':<56}{'time':>10}{'vs plain fork':>16}")
     for name, seconds in rows:
-        print(f"{name:<56}{_format(seconds):>10}{seconds / baseline:>15.2f}x")
-
-
-def _format(seconds):
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.1f} ms"
+        print(f"{name:<56}{format_seconds(seconds):>10}{seconds / baseline:>15.2f}x")

@@ -17,12 +17,13 @@ A third row for 1 rank runs it on a single thread: the baseline of every
 ratio, measured in the same invocation, on the same machine, under the
 same load. Each world size is one launch; the thread settings are measured
 one after the other in it.
+
+Used in Chapter 10 (throughput as ranks and threads share the cores).
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +31,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import ddp_lab
-from ddp_lab.plan import available_cores
+from ddp_lab.bench.timing import elapsed_seconds
+from ddp_lab.host import available_cores
 
 __all__ = ["Throughput", "measure", "measure_speedup", "format_table", "main"]
 
@@ -75,13 +77,14 @@ def train_steps(budget: float, max_steps: int, warmup: int, batch_per_rank: int,
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
 
-    def timed(steps):
-        dist.barrier()
-        start = time.perf_counter()
+    def steps_and_barrier(steps):
         for _ in range(steps):
             step()
+        dist.barrier()  # until the last rank is done
+
+    def timed(steps):
         dist.barrier()
-        elapsed = torch.tensor([time.perf_counter() - start])
+        elapsed = torch.tensor([elapsed_seconds(lambda: steps_and_barrier(steps), torch.device("cpu"))])
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the same number on every rank
         return elapsed.item()
 

@@ -13,16 +13,22 @@ tick or as a list of mistakes, each explained.
   and all-gather) and ``check_memory_answer`` (bytes per rank under DDP and ZeRO-1/2/3).
 """
 
-from ddp_lab.checks.collectives import check_all_gather, check_all_reduce
-from ddp_lab.checks.ddp import check_ddp
-from ddp_lab.checks.devices import check_devices
-from ddp_lab.checks.group_ranks import check_ranks_in_group
-from ddp_lab.checks.ranks import check_rank_table
-from ddp_lab.checks.result import CheckResult, Mistake
-from ddp_lab.checks.ring import check_ring_all_reduce
-from ddp_lab.checks.torchrun import check_torchrun_script
-from ddp_lab.checks.zero import check_memory_answer, check_zero1
+from ddp_lab.lazy import lazy_exports
 
-__all__ = ["CheckResult", "Mistake", "check_all_gather", "check_all_reduce", "check_ddp",
-           "check_devices", "check_memory_answer", "check_rank_table", "check_ranks_in_group",
-           "check_ring_all_reduce", "check_torchrun_script", "check_zero1"]
+# Imported when first used: the memory and rank-table checkers need no torch.
+_EXPORTS = {
+    "CheckResult": "ddp_lab.checks.result",
+    "Mistake": "ddp_lab.checks.result",
+    "check_rank_table": "ddp_lab.checks.ranks",
+    "check_devices": "ddp_lab.checks.devices",
+    "check_ranks_in_group": "ddp_lab.checks.group_ranks",
+    "check_all_gather": "ddp_lab.checks.collectives",
+    "check_all_reduce": "ddp_lab.checks.collectives",
+    "check_ring_all_reduce": "ddp_lab.checks.ring",
+    "check_ddp": "ddp_lab.checks.ddp",
+    "check_torchrun_script": "ddp_lab.checks.torchrun",
+    "check_memory_answer": "ddp_lab.checks.memory_answer",
+    "check_zero1": "ddp_lab.checks.zero1",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

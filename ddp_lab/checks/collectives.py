@@ -29,24 +29,22 @@ that prints as a verdict and a list of mistakes.
 
 from __future__ import annotations
 
-import contextlib
 import traceback
 from dataclasses import dataclass
+from functools import partial
 
-from .. import serialize
 import torch
 
-from ..errors import RankDied, RankFailed, RanksTimedOut
-from ..launcher import launch
-from .result import CheckResult, Mistake, signature_mistake
+from ddp_lab.checks import harness
+from ddp_lab.checks.harness import launch_checked, point_to_point_only
+from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
+from ddp_lab.launcher import serialize
+from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
+from ddp_lab.validate import check_positive_int, is_int
 
-__all__ = ["check_all_gather", "check_all_reduce", "make_case", "FORBIDDEN"]
+__all__ = ["check_all_gather", "check_all_reduce", "make_case"]
 
 # Collectives that move data: off while the reader's function runs.
-FORBIDDEN = ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_reduce",
-             "reduce", "broadcast", "gather", "scatter", "reduce_scatter",
-             "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all",
-             "all_to_all_single", "all_gather_object", "broadcast_object_list")
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32)
 SIGNATURES = {
     "all_gather": "def my_all_gather(tensor): ... return [tensor of rank 0, ..., tensor of rank W-1]",
@@ -117,7 +115,7 @@ def run_on_rank(kind, fn_bytes, cases, seed):
         else:
             expected = tensor.clone()
             dist.all_reduce(expected)
-        with point_to_point_only(kind):
+        with point_to_point_only(partial(_refusal, kind)):
             fn = serialize.loads(fn_bytes)
             try:
                 got = fn(tensor)
@@ -137,34 +135,12 @@ def _copy_result(got):
     return got
 
 
-@contextlib.contextmanager
-def point_to_point_only(kind):
-    """Switch off the collectives that move data, for the reader's code."""
-    import torch.distributed as dist
-
-    def forbidden(name):
-        def collective(*args, **kwargs):
-            raise RuntimeError(
-                f"use send/recv only: dist.{name} is switched off in this lab, because the "
-                f"exercise is to build {kind} from point-to-point messages "
-                f"(dist.send, dist.recv, dist.isend, dist.irecv)")
-        return collective
-
-    saved = {name: getattr(dist, name) for name in FORBIDDEN if hasattr(dist, name)}
-    for name in saved:
-        setattr(dist, name, forbidden(name))
-    try:
-        yield
-    finally:
-        for name, original in saved.items():
-            setattr(dist, name, original)
-
-
 def _reader_raised(case, error):
     """The last line of the exception, and the line of the reader's code that raised."""
     last_line = "".join(traceback.format_exception_only(type(error), error)).strip().splitlines()[-1]
     frames = traceback.extract_tb(error.__traceback__)
-    mine = [f for f in frames if f.filename != __file__ and "site-packages" not in f.filename
+    checker = (__file__, harness.__file__)  # the refusing collectives are the harness's
+    mine = [f for f in frames if f.filename not in checker and "site-packages" not in f.filename
             and "/torch/" not in f.filename]
     code_line = ""
     if mine:
@@ -194,10 +170,9 @@ def _check(kind, fn, world_sizes, cases, seed, timeout):
                         f"{type(fn).__name__}: {fn!r}")
     world_sizes = tuple(world_sizes)
     for w in world_sizes:
-        if isinstance(w, bool) or not isinstance(w, int) or not 2 <= w <= 8:
+        if not is_int(w) or not 2 <= w <= 8:
             raise ValueError(f"world sizes must be whole numbers from 2 to 8, got {w!r}")
-    if isinstance(cases, bool) or not isinstance(cases, int) or cases < 1:
-        raise ValueError(f"cases must be a positive int, got {cases!r}")
+    check_positive_int('cases', cases)
     name = getattr(fn, "__name__", f"my_{kind}")
     sizes = f"world size{'s' if len(world_sizes) > 1 else ''} {_and(world_sizes)}"
     inputs = f"{cases} seeded random input{'s' if cases > 1 else ''}"
@@ -211,19 +186,18 @@ def _check(kind, fn, world_sizes, cases, seed, timeout):
     for world_size in world_sizes:
         chosen = [make_case(world_size, i, seed) for i in range(cases)]
         where = f"W = {world_size}"
-        try:
-            reports = launch(run_on_rank, world_size, args=(kind, fn_bytes, chosen, seed),
-                             backend="gloo", timeout=timeout)
-        except RanksTimedOut as error:
+        reports, error = launch_checked(run_on_rank, world_size, args=(kind, fn_bytes, chosen, seed),
+                                        timeout=timeout)
+        if isinstance(error, RanksTimedOut):
             mistakes.append(_deadlock(where, error, timeout))
             break  # it would hang again at every world size, for as long
-        except RankFailed as error:
+        if isinstance(error, RankFailed):
             mistake = _failure(where, error)
             mistakes.append(mistake)
             if mistake.kind == "not_implemented":
                 break
             continue
-        except RankDied as error:
+        if isinstance(error, RankDied):
             mistakes.append(Mistake(where, "died", f"{error}: did the function call exit()?"))
             continue
         for index, case in enumerate(chosen):
@@ -453,3 +427,10 @@ def _describe(value):
 def _and(items):
     items = [str(i) for i in items]
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _refusal(kind, name):
+    """What a switched-off collective says in Lab 2."""
+    return (f"use send/recv only: dist.{name} is switched off in this lab, because the "
+            f"exercise is to build {kind} from point-to-point messages "
+            f"(dist.send, dist.recv, dist.isend, dist.irecv)")

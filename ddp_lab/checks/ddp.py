@@ -59,10 +59,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import RankDied, RankFailed, RanksTimedOut
-from ..launcher import launch
-from .result import CheckResult, Mistake
-from .wording import error_in_your_code, steps_text
+from ddp_lab.checks.harness import collective_recorder, first_line, launch_checked, stuck_ranks
+from ddp_lab.checks.result import CheckResult, Mistake
+from ddp_lab.checks.wording import error_in_your_code, steps_text
+from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
+from ddp_lab.validate import check_positive_int, is_int, is_number
 
 __all__ = ["check_ddp", "WIDTHS", "TwoBranches"]
 
@@ -133,32 +134,9 @@ class TwoBranches(torch.nn.Module):
 
 
 def _build(model, seed):
-    from ..models import mlp
+    from ddp_lab.models import mlp
 
     return TwoBranches(seed) if model == "branches" else mlp(WIDTHS, seed=seed)
-
-
-def _recorder_class():
-    """A TorchDispatchMode that writes down every c10d operation (built lazily: import stays light)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class CollectiveRecorder(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.phase = "backward"
-            self.calls = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = str(func)
-            if name.startswith("c10d."):
-                tensors = args[0] if args and isinstance(args[0], (list, tuple)) else args[:1]
-                tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
-                self.calls.append((name.split(".")[1].rstrip("_"), self.phase,
-                                   sum(t.numel() for t in tensors),
-                                   sum(t.numel() * t.element_size() for t in tensors)))
-            return func(*args, **(kwargs or {}))
-
-    return CollectiveRecorder
 
 
 def _run_on_rank(make_ddp, bucket_cap_mb, steps, model="mlp"):
@@ -177,7 +155,7 @@ def _run_on_rank(make_ddp, bucket_cap_mb, steps, model="mlp"):
     plain = copy.deepcopy(base)  # for each rank's own, unsynchronised gradient
     for name, p in plain.named_parameters():  # the order this rank's backward makes gradients ready
         p.register_post_accumulate_grad_hook(lambda p, name=name: seen.ready_order.append(name))
-    recorder = _recorder_class()()
+    recorder = collective_recorder()
 
     stage = "building your wrapper"
     try:
@@ -277,11 +255,10 @@ def check_ddp(make_ddp, *, bucket_cap_mb: float | None = None, world_size: int =
     if not callable(make_ddp):
         raise TypeError(f"make_ddp must be a class or function taking the module, got "
                         f"{type(make_ddp).__name__}: {make_ddp!r}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or not 2 <= world_size <= 4:
+    if not is_int(world_size) or not 2 <= world_size <= 4:
         raise ValueError(f"world_size must be 2, 3 or 4 (ranks compared with each other), got {world_size!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
-    if bucket_cap_mb is not None and (isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float))
+    check_positive_int('steps', steps)
+    if bucket_cap_mb is not None and (not is_number(bucket_cap_mb)
                                       or not bucket_cap_mb > 0):
         raise ValueError(f"bucket_cap_mb must be a number of megabytes > 0, or None, got {bucket_cap_mb!r}")
 
@@ -291,19 +268,16 @@ def check_ddp(make_ddp, *, bucket_cap_mb: float | None = None, world_size: int =
     total = 2 + 2 * steps  # start, gradients and weights per step, communication
     if bucket_cap_mb is not None:
         total += 1  # the same all-reduces in the same order on every rank (TwoBranches)
-    try:
-        ranks = launch(_run_on_rank, world_size, args=(make_ddp, bucket_cap_mb, steps),
-                       backend="gloo", threads=1, timeout=timeout)
-    except RanksTimedOut as error:
-        where = "; ".join(f"rank {r}: {w}" for r, w in sorted(error.unfinished.items()))
+    ranks, error = launch_checked(_run_on_rank, world_size, args=(make_ddp, bucket_cap_mb, steps),
+                                  threads=1, timeout=timeout)
+    if isinstance(error, RanksTimedOut):
         return CheckResult(subject, 0, total, "check", (Mistake(
             "all ranks", "hang",
-            f"the ranks did not finish within {timeout:g} s ({where}). A rank waiting in an all-reduce "
+            f"the ranks did not finish within {timeout:g} s ({stuck_ranks(error)}). A rank waiting in an all-reduce "
             f"waits for the others to call the same all-reduce: do all ranks issue the same collectives, "
             f"in the same order, the same number of times?"),))
-    except (RankFailed, RankDied) as error:
-        return CheckResult(subject, 0, total, "check",
-                           (Mistake("a rank", "crash", str(error).splitlines()[0]),))
+    if error is not None:
+        return CheckResult(subject, 0, total, "check", (Mistake("a rank", "crash", first_line(error)),))
     result = _verdict(subject, total, ranks, bucket_cap_mb, steps)
     if bucket_cap_mb is None or not result:
         return result  # the order case is run only for a bucketed wrapper that passed the rest
@@ -316,22 +290,17 @@ def check_ddp(make_ddp, *, bucket_cap_mb: float | None = None, world_size: int =
 def _order_case(make_ddp, world_size, steps, timeout):
     """Run the wrapper on TwoBranches, whose gradients become ready in a rank-dependent order."""
     what = None
-    try:
-        ranks = launch(_run_on_rank, world_size, args=(make_ddp, ORDER_CAP_MB, steps, "branches"),
-                       backend="gloo", threads=1, timeout=timeout)
-    except RanksTimedOut as error:
-        where = "; ".join(f"rank {r}: {w}" for r, w in sorted(error.unfinished.items()))
-        what = f"the ranks hung until the {timeout:g} s timeout ({where})"
-        ranks = None
-    except RankDied as error:
-        what = f"a rank died ({str(error).splitlines()[0]})"
+    ranks, error = launch_checked(_run_on_rank, world_size, args=(make_ddp, ORDER_CAP_MB, steps, "branches"),
+                                  threads=1, timeout=timeout)
+    if isinstance(error, RanksTimedOut):
+        what = f"the ranks hung until the {timeout:g} s timeout ({stuck_ranks(error)})"
+    elif isinstance(error, RankDied):
+        what = f"a rank died ({first_line(error)})"
         if error.signal_name == "SIGABRT":
             what = what[:-1] + ("; gloo aborts a process that receives more bytes than the all-reduce it "
                                 "matched them with expects)")
-        ranks = None
-    except RankFailed as error:
+    elif isinstance(error, RankFailed):
         what = f"a rank failed ({error.exc_type}: {error.exc_message.splitlines()[0]})"
-        ranks = None
     if ranks is not None:
         errors = [seen for seen in ranks if seen.error]
         wrong = sorted({name for seen in ranks for step in seen.steps

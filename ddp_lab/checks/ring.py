@@ -18,18 +18,12 @@ call to ``dist.all_reduce`` fails with a message that says so.
 
 from __future__ import annotations
 
-import contextlib
-
-from .. import serialize
 import torch
 
-from ..errors import RankDied, RankFailed, RanksTimedOut
-from ..launcher import launch
-from .result import CheckResult, Mistake, signature_mistake
-
-FORBIDDEN = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-             "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter", "all_to_all")
-
+from ddp_lab.checks.harness import launch_checked, point_to_point_only
+from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
+from ddp_lab.launcher import serialize
+from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
 
 def check_ring_all_reduce(fn, *, world_sizes=(2, 3, 4), seed=0, timeout=15):
     """Run ``fn`` on real ranks and explain what, if anything, is wrong."""
@@ -81,20 +75,19 @@ def textbook_sends(inputs):
 
 def _check_one(fn, world_size, length, seed, timeout):
     where = f"W = {world_size}, {length} elements"
-    try:
-        reports = launch(_run_on_rank, world_size, args=(serialize.dumps(fn), length, seed),
-                         backend="gloo", timeout=timeout)
-    except RanksTimedOut as error:
+    reports, error = launch_checked(_run_on_rank, world_size, args=(serialize.dumps(fn), length, seed),
+                                    timeout=timeout)
+    if isinstance(error, RanksTimedOut):
         places = sorted(set(error.unfinished.values()))
         stuck = "; ".join(places) if len(places) > 1 else f"every rank is {places[0]}"
         return Mistake(where, "deadlock", (
             f"the ranks never finished: {stuck}. Each rank is blocked waiting for a neighbour "
             "that is blocked too: order blocking calls so that one side receives while the "
             "other sends (even ranks send first, odd ranks receive first), or use isend/irecv."))
-    except RankFailed as error:
+    if isinstance(error, RankFailed):
         last = error.remote_traceback.strip().splitlines()[-1]
         return Mistake(where, "exception", f"rank {error.rank} raised {last}")
-    except RankDied as error:
+    if isinstance(error, RankDied):
         return Mistake(where, "died", str(error))
     inputs = [make_input(rank, length, seed) for rank in range(world_size)]
     return _compare(where, inputs, reports)
@@ -185,43 +178,12 @@ def _run_on_rank(fn_bytes, length, seed):
     import torch.distributed as dist
 
     tensor = make_input(dist.get_rank(), length, seed)
-    with _point_to_point_only() as sends:
+    with point_to_point_only(_refusal, record_sends=True) as sends:
         fn = serialize.loads(fn_bytes)  # after patching: `from dist import send` sees ours
         fn(tensor)
     return tensor, sends
 
 
-@contextlib.contextmanager
-def _point_to_point_only():
-    """Record each send's peer and values; make collectives raise.
-
-    Every send, whether written ``dist.send``, ``dist.isend``, a P2POp or
-    ``group.send`` (as ``ddp_lab.ring_all_reduce`` does), ends in
-    ``ProcessGroup.send``, so that is where messages are recorded.
-    """
-    import torch.distributed as dist
-
-    sends, saved = [], {}
-    group_class = dist.ProcessGroup
-    original_send = group_class.__dict__["send"]
-
-    def recording_send(group, tensors, dst, *args, **kwargs):
-        sends.extend((dst, tensor.detach().clone()) for tensor in tensors)
-        return original_send(group, tensors, dst, *args, **kwargs)
-
-    def forbidden(name):
-        def collective(*args, **kwargs):
-            raise RuntimeError(f"dist.{name} is off in this lab: build the all-reduce from "
-                               "send/recv (or isend/irecv) only")
-        return collective
-
-    for name in FORBIDDEN:
-        saved[name] = getattr(dist, name)
-        setattr(dist, name, forbidden(name))
-    group_class.send = recording_send
-    try:
-        yield sends
-    finally:
-        group_class.send = original_send
-        for name, original in saved.items():
-            setattr(dist, name, original)
+def _refusal(name):
+    """What a switched-off collective says in Lab 3."""
+    return f"dist.{name} is off in this lab: build the all-reduce from send/recv (or isend/irecv) only"

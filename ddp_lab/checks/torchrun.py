@@ -37,7 +37,8 @@ from pathlib import Path
 import torch
 
 from ddp_lab.checks.result import CheckResult, Mistake
-from ddp_lab.torchrun import TorchrunRun, run_together, torchrun_command
+from ddp_lab.cluster.torchrun import TorchrunRun, run_together, torchrun_command
+from ddp_lab.validate import check_int_at_least, is_int
 
 __all__ = ["check_torchrun_script"]
 
@@ -88,9 +89,8 @@ def check_torchrun_script(script, *, fail_at_step: int = 13, fail_rank: int = 1,
     if not script.is_file():
         raise ValueError(f"script must be the path of a Python file, got {str(script)!r} (no such file)")
     for name, value, minimum in (("fail_at_step", fail_at_step, 1), ("nproc_per_node", nproc_per_node, 2)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    if isinstance(fail_rank, bool) or not isinstance(fail_rank, int) or not 0 <= fail_rank < nproc_per_node:
+        check_int_at_least(name, value, minimum)
+    if not is_int(fail_rank) or not 0 <= fail_rank < nproc_per_node:
         raise ValueError(f"fail_rank must be a rank of the job, 0 to {nproc_per_node - 1}, got {fail_rank!r}")
     subject = (f"{script.name} under torchrun: {nproc_per_node} processes, rank {fail_rank} fails "
                f"once in step {fail_at_step}, --max-restarts 1")

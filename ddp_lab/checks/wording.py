@@ -3,6 +3,8 @@
 Two phrasings every code checker needs: a set of training steps as a reader
 counts them ("step 2", "steps 1-3"), and an exception raised by the reader's
 code, cut down to the message and the reader's own line that raised it.
+
+Used by the checkers of Lab 4 (DDP from hooks) and Lab 6 (ZeRO-1).
 """
 
 from __future__ import annotations

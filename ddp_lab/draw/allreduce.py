@@ -1,6 +1,6 @@
 """Animate a traced all-reduce: every rank's chunks, step by step.
 
-The picture is drawn from an ``AllReduceRun`` (``ddp_lab.allreduce_runs``):
+The picture is drawn from an ``AllReduceRun`` (``ddp_lab.collectives.traced_all_reduce``):
 the values in the cells are the values the ranks really held after each
 step. Conventions:
 
@@ -16,6 +16,8 @@ step. Conventions:
 ``animate(run)`` returns a matplotlib ``FuncAnimation``; ``to_html(run)``
 renders it as self-contained HTML with play and step controls, which works
 in a live notebook and in the static book alike.
+
+Used in Chapter 6.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ import matplotlib.pyplot as plt
 from matplotlib.animation import FuncAnimation
 from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+from ddp_lab.draw.palette import BLUE, EDGE, GREEN, MUTED_TEXT, ORANGE, PANEL, TEXT
 
-FINISHED = "#009E73"    # Okabe-Ito green
-RECEIVED = "#E69F00"    # Okabe-Ito orange
-ARROW = "#0072B2"       # Okabe-Ito blue
+FINISHED = GREEN    # Okabe-Ito green
+RECEIVED = ORANGE    # Okabe-Ito orange
+ARROW = BLUE       # Okabe-Ito blue
 PARTIAL = LinearSegmentedColormap.from_list("partial", ["#ffffff", "#9ecae1"])
 TITLES = {"ring": "Ring all-reduce", "naive": "Naive all-reduce (through rank 0)"}
 
@@ -81,7 +84,7 @@ def draw_frame(run, frame, ax):
             for destination, chunk in trace.steps[frame - 1].sends:
                 _draw_transfer(ax, centres[trace.rank], centres[destination], chunk)
     ax.set_title(_title(run, frame), fontsize=12, loc="left")
-    ax.text(-3.3, -2.5, _caption(run, frame), fontsize=9, va="bottom", color="#333333")
+    ax.text(-3.3, -2.5, _caption(run, frame), fontsize=9, va="bottom", color=TEXT)
 
 
 def _rank_centres(world_size):
@@ -108,7 +111,7 @@ def _draw_rank(ax, trace, frame, centre, world_size):
     left, bottom = centre[0] - width / 2, centre[1] - CELL_H / 2
     ax.add_patch(FancyBboxPatch((left - 0.1, bottom - 0.24), width + 0.2, CELL_H + 0.6,
                                 boxstyle="round,pad=0.02,rounding_size=0.06",
-                                facecolor="#f4f4f4", edgecolor="#888888", linewidth=0.8))
+                                facecolor=PANEL, edgecolor=EDGE, linewidth=0.8))
     ax.text(centre[0], bottom + CELL_H + 0.18, f"rank {trace.rank}", ha="center",
             va="center", fontsize=10.5, fontweight="bold")
     for index, (values, count) in enumerate(zip(chunks, contributions)):
@@ -123,7 +126,7 @@ def _draw_cell(ax, corner, values, count, world_size, just_received):
     finished = count >= world_size
     colour = FINISHED if finished else PARTIAL((count - 1) / max(1, world_size - 1))
     ax.add_patch(Rectangle(corner, CELL_W, CELL_H, facecolor=colour,
-                           edgecolor=RECEIVED if just_received else "#555555",
+                           edgecolor=RECEIVED if just_received else MUTED_TEXT,
                            linewidth=2.0 if just_received else 0.6, zorder=2))
     ax.text(corner[0] + CELL_W / 2, corner[1] + CELL_H / 2, _format_values(values),
             ha="center", va="center", fontsize=8.5, zorder=3,

@@ -1,7 +1,7 @@
 """Draw what every rank held before and after a collective.
 
 One function, :func:`draw_collective`, draws any list of per-rank
-:class:`~ddp_lab.record.CollectiveRecord` (what ``ddp_lab.launch`` returns
+:class:`~ddp_lab.collectives.before_after.CollectiveRecord` (what ``ddp_lab.launch`` returns
 when each rank returns its record) as a grid:
 
 * one row per rank, labelled with the rank in its own colour;
@@ -27,6 +27,8 @@ value may be coloured as a rank's.
 
 The function returns a matplotlib Figure (closed in pyplot, so a notebook
 shows it once, as the value of the cell).
+
+Used in Chapter 5.
 """
 
 from __future__ import annotations
@@ -39,13 +41,13 @@ import torch
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+from ddp_lab.draw.palette import FAINT, MUTED_TEXT, OKABE_ITO, TEXT
 
-from ddp_lab.draw.layout import OKABE_ITO
 
 __all__ = ["draw_collective", "value_origins", "cell_origin", "format_value"]
 
 COMBINED = "#3B3B3B"  # a reduction of several ranks' values
-SHARED = "#DDDDDD"  # held by several ranks before: origin unknown
+SHARED = FAINT  # held by several ranks before: origin unknown
 NOTHING_TEXT = "#8A8A8A"
 
 # Geometry, in cell units (a cell is 1 x 1).
@@ -102,7 +104,7 @@ def cell_origin(number: float, origins: dict):
 def draw_collective(records: Sequence, *, title: str | None = None) -> Figure:
     """Draw per-rank records of one operation as a before -> after grid.
 
-    ``records``: one :class:`~ddp_lab.record.CollectiveRecord` per rank (any
+    ``records``: one :class:`~ddp_lab.collectives.before_after.CollectiveRecord` per rank (any
     order; they are drawn by rank). ``title`` defaults to the records' name
     and note, e.g. ``"broadcast (src=0)"``.
     """
@@ -134,9 +136,9 @@ def draw_collective(records: Sequence, *, title: str | None = None) -> Figure:
 
     top = -MARGIN
     ax.text(x_before, top - HEADER_H / 2, "before", fontsize=fonts["header"], va="center",
-            fontweight="bold", color="#333333")
+            fontweight="bold", color=TEXT)
     ax.text(x_after, top - HEADER_H / 2, "after", fontsize=fonts["header"], va="center",
-            fontweight="bold", color="#333333")
+            fontweight="bold", color=TEXT)
     y = top - HEADER_H
     for record, h in zip(records, heights):
         _draw_rank_label(ax, record.rank, MARGIN, y, h, fonts)
@@ -167,7 +169,7 @@ def _check_records(records):
         if not all(hasattr(r, a) for a in ("name", "rank", "before", "after")):
             raise TypeError(
                 f"records[{index}] is a {type(r).__name__}, not a CollectiveRecord: "
-                f"have each rank return rec.after(...) (see ddp_lab.record)")
+                f"have each rank return rec.after(...) (see ddp_lab.collectives.before_after)")
     names = sorted({r.name for r in records})
     if len(names) > 1:
         raise ValueError(f"the records are of different operations {names}: draw one operation at a time")
@@ -252,7 +254,7 @@ def _draw_values(ax, values, x, top, origins, fonts, cw):
         return
     for name, value in values.items():
         ax.text(x, top - NAME_LINE / 2, name, fontsize=fonts["name"], va="center",
-                color="#555555", fontfamily="monospace")
+                color=MUTED_TEXT, fontfamily="monospace")
         if value is None or (isinstance(value, tuple) and not value):
             _draw_nothing(ax, x, top - NAME_LINE, fonts)
         elif isinstance(value, tuple):
@@ -315,7 +317,7 @@ def _draw_legend(ax, entries, x, y, fonts):
         if colour is not None:
             ax.add_patch(Rectangle((x, y - 0.3), 0.6, 0.6, facecolor=colour, edgecolor="white"))
         ax.text(x + (0.8 if colour is not None else 0), y, text, fontsize=fonts["name"],
-                va="center", color="#555555")
+                va="center", color=MUTED_TEXT)
         y -= LEGEND_LINE
 
 

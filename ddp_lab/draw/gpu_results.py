@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddp_lab.bench.collectives import format_rate, format_time
-from ddp_lab.cost import format_bytes
 from ddp_lab.gpu_check.machine import gpu_names
 from ddp_lab.gpu_check.results import RESULTS_DIR, RESULTS_FOLDER, stored_results
+from ddp_lab.units import format_bytes, format_rate, format_seconds
 
 __all__ = ["show_gpu_results", "gpu_results_text", "report", "measured_on", "checks_table", "all_reduce_table",
            "copy_table", "draw_all_reduce_busbw", "no_results_message", "PARTS"]
@@ -121,8 +120,8 @@ def all_reduce_table(measurement) -> str:
              f"{'size':>10}{'time min':>11}{'median':>11}{'max':>11}{'algbw':>13}{'busbw':>13}{'busbw best':>13}"]
     for row in m["rows"]:
         seconds = row["seconds"]
-        lines.append(f"{format_bytes(row['bytes']):>10}{format_time(seconds['min']):>11}"
-                     f"{format_time(seconds['median']):>11}{format_time(seconds['max']):>11}"
+        lines.append(f"{format_bytes(row['bytes']):>10}{format_seconds(seconds['min']):>11}"
+                     f"{format_seconds(seconds['median']):>11}{format_seconds(seconds['max']):>11}"
                      f"{format_rate(row['algbw']):>13}{format_rate(row['busbw']):>13}"
                      f"{format_rate(row['busbw_best']):>13}")
     return "\n".join(lines)
@@ -144,7 +143,7 @@ def copy_table(measurement) -> str:
 
 
 def _time_range(seconds):
-    return f"{format_time(seconds['min'])}-{format_time(seconds['max'])}"
+    return f"{format_seconds(seconds['min'])}-{format_seconds(seconds['max'])}"
 
 
 def draw_all_reduce_busbw(documents):

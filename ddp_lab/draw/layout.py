@@ -28,6 +28,8 @@ Conventions of the pictures:
 The functions return a matplotlib Figure (already closed in pyplot), so a
 notebook shows it once, as the value of the cell; save it with
 ``fig.savefig(...)``.
+
+Used in Chapters 2 and 12 and in Lab 1.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch, Patch
 
 from ddp_lab.topology import Topology, divisors
+from ddp_lab.draw.palette import EDGE, INK, OKABE_ITO, PANEL, TEXT
 
 __all__ = [
     "NodeBox",
@@ -54,7 +57,6 @@ __all__ = [
 
 # Okabe & Ito's palette, distinguishable with the common colour-vision
 # deficiencies; its black is replaced by grey so that labels stay readable.
-OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999")
 
 # Geometry, in "slots": one slot is the width a GPU takes in its node.
 CHIP = 0.62  # side of a GPU square
@@ -257,12 +259,12 @@ def _draw_node(ax, node: NodeBox, left: float, top: float, height: float, fonts)
     width = _node_width(node)
     box = _rounded_box(
         ax, left, top - height, width, height, radius=0.12, zorder=1,
-        facecolor="#f4f4f4", edgecolor="#4d4d4d", linewidth=1.2,
+        facecolor=PANEL, edgecolor="#4d4d4d", linewidth=1.2,
     )
     box.set_gid(f"node box {node.title}")
     y = top - PAD / 2 - TITLE_LINE / 2
     ax.text(left + PAD, y, node.title, ha="left", va="center", fontsize=fonts["node_title"],
-            fontweight="bold", color="#222222", zorder=5)
+            fontweight="bold", color=INK, zorder=5)
     if node.subtitle:
         y -= TITLE_LINE
         subtitle = _fit(node.subtitle, width - 2 * PAD, TITLE_LINE / 1.75)
@@ -280,7 +282,7 @@ def _draw_node(ax, node: NodeBox, left: float, top: float, height: float, fonts)
 def _draw_elided_node(ax, node: NodeBox, left, top, width, height, fonts) -> None:
     _rounded_box(
         ax, left, top - height, width, height, radius=0.12, zorder=1,
-        facecolor="white", edgecolor="#888888", linewidth=1.0, linestyle="--",
+        facecolor="white", edgecolor=EDGE, linewidth=1.0, linestyle="--",
     )
     ax.text(left + width / 2, top - height / 2, node.title, ha="center", va="bottom",
             fontsize=2 * fonts["node_title"], color="#444444", zorder=5)
@@ -308,17 +310,17 @@ def _draw_process(ax, process: ProcessBox, slots_left, top, bottom, fonts) -> No
     if process.details:
         y -= 2 * RANK_LINE + 0.02
         details = ax.text(centre, y, "\n".join(process.details), ha="center", va="top",
-                          fontsize=fonts["detail"], linespacing=1.2, color="#222222", zorder=5)
+                          fontsize=fonts["detail"], linespacing=1.2, color=INK, zorder=5)
         details.set_gid(f"details {process.global_rank}")
 
 
 def _draw_chip(ax, label: str, centre_x: float, top: float, fonts) -> None:
     _rounded_box(
         ax, centre_x - CHIP / 2, top - CHIP, CHIP, CHIP, radius=0.05, zorder=3,
-        facecolor="white", edgecolor="#333333", linewidth=1.0,
+        facecolor="white", edgecolor=TEXT, linewidth=1.0,
     )
     ax.text(centre_x, top - CHIP / 2, label, ha="center", va="center", fontsize=fonts["chip"],
-            linespacing=1.1, color="#333333", zorder=5)
+            linespacing=1.1, color=TEXT, zorder=5)
 
 
 def _draw_legend(ax, local_ranks: Sequence[int], fonts) -> None:

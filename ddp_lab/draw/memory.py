@@ -12,6 +12,8 @@
   precision, optimizer and GPU memory, redrawing the bars (needs a kernel).
 
 The numbers come from :mod:`ddp_lab.memory`; nothing here computes a formula.
+
+Used in Chapter 15.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from ddp_lab.memory import OPTIMIZERS, PRECISIONS, STAGES, bytes_per_parameter, memory_per_rank, memory_table
+from ddp_lab.draw.palette import BLUE, GREEN, MUTED_TEXT, ORANGE, SKY_BLUE, VERMILLION
+from ddp_lab.units import format_gb
 
 __all__ = ["draw_memory_per_rank", "draw_memory_cases", "draw_memory_vs_world_size", "memory_calculator",
            "describe_parameters"]
 
 # Okabe-Ito colours: one per model state, one per stage.
-STATE_COLOURS = {"parameters": "#0072B2", "gradients": "#E69F00", "optimizer": "#009E73"}
-STAGE_COLOURS = {"DDP": "#555555", "ZeRO-1": "#56B4E9", "ZeRO-2": "#E69F00", "ZeRO-3": "#009E73"}
+STATE_COLOURS = {"parameters": BLUE, "gradients": ORANGE, "optimizer": GREEN}
+STAGE_COLOURS = {"DDP": MUTED_TEXT, "ZeRO-1": SKY_BLUE, "ZeRO-2": ORANGE, "ZeRO-3": GREEN}
 STATE_LABELS = {"parameters": "parameters", "gradients": "gradients", "optimizer": "optimizer state"}
 OPTIMIZER_NAMES = {"adam": "Adam", "sgd-momentum": "SGD with momentum", "sgd": "SGD"}
 
@@ -38,11 +42,6 @@ def describe_parameters(count: float) -> str:
         if count >= size:
             return f"{count / size:.3g}{suffix}"
     return f"{count:.3g}"
-
-
-def _gb(n_bytes: float) -> str:
-    value = n_bytes / 1e9
-    return f"{value:.3g} GB" if value < 100 else f"{value:,.0f} GB"
 
 
 def draw_memory_per_rank(table, *, capacity_gb: float | None = None, title: str | None = None,
@@ -62,13 +61,13 @@ def draw_memory_per_rank(table, *, capacity_gb: float | None = None, title: str 
             ax.barh(y, width, left=left, color=colour, height=0.62, edgecolor="white", linewidth=0.6,
                     label=STATE_LABELS[state] if y == rows[0] else None)
             left += width
-        ax.text(left, y, "  " + _gb(row.total), va="center", ha="left", fontsize=9)
+        ax.text(left, y, "  " + format_gb(row.total), va="center", ha="left", fontsize=9)
     ax.set_yticks(list(rows), [row.stage for row in table])
     largest = max(row.total for row in table) / 1e9
     right = max(largest, capacity_gb or 0) * 1.22
     if capacity_gb:
-        ax.axvline(capacity_gb, color="#D55E00", linestyle="--", linewidth=1.2)
-        ax.text(capacity_gb, len(table) - 0.45, f" {capacity_gb:g} GB GPU", color="#D55E00",
+        ax.axvline(capacity_gb, color=VERMILLION, linestyle="--", linewidth=1.2)
+        ax.text(capacity_gb, len(table) - 0.45, f" {capacity_gb:g} GB GPU", color=VERMILLION,
                 fontsize=8.5, va="bottom", ha="left")
     ax.set_xlim(0, right)
     ax.set_ylim(-0.6, len(table) - 0.2)
@@ -119,8 +118,8 @@ def draw_memory_vs_world_size(num_parameters: float, *, world_sizes=None, precis
         ax.annotate(stage, (world_sizes[-1], totals[-1]), xytext=(5, 0), textcoords="offset points",
                     va="center", fontsize=9, color=STAGE_COLOURS[stage])
     if capacity_gb:
-        ax.axhline(capacity_gb, color="#D55E00", linestyle="--", linewidth=1.1)
-        ax.text(world_sizes[-1], capacity_gb * 0.9, f"{capacity_gb:g} GB GPU", color="#D55E00", fontsize=8.5,
+        ax.axhline(capacity_gb, color=VERMILLION, linestyle="--", linewidth=1.1)
+        ax.text(world_sizes[-1], capacity_gb * 0.9, f"{capacity_gb:g} GB GPU", color=VERMILLION, fontsize=8.5,
                 ha="right", va="top")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -172,7 +171,7 @@ def memory_calculator(num_parameters: float = 7.5e9, world_size: int = 64, *, pr
                  f"{b.parameters} + {b.gradients} + {b.optimizer} bytes per parameter"]
         for row in rows:
             fits = "fits" if row.total / 1e9 <= cap.value else "does not fit"
-            lines.append(f"{row.stage:>6}: {_gb(row.total):>10} per rank ({fits} in {cap.value:g} GB)")
+            lines.append(f"{row.stage:>6}: {format_gb(row.total):>10} per rank ({fits} in {cap.value:g} GB)")
         table.value = "<pre>" + html.escape("\n".join(lines)) + "</pre>"
         buffer = io.BytesIO()
         draw_memory_per_rank(rows, capacity_gb=cap.value).savefig(buffer, format="png", dpi=90,

@@ -2,7 +2,7 @@
 
 * :func:`draw_dataparallel_vs_ddp`: one process whose GPU 0 is the hub of
   every step (DataParallel) next to N equal processes on a ring (DDP);
-* :func:`draw_pipeline_schedule`: the slots of :func:`ddp_lab.pipeline.pipeline_schedule`
+* :func:`draw_pipeline_schedule`: the slots of :func:`ddp_lab.model_parallel.pipeline.pipeline_schedule`
   as a Gantt chart, one row per stage, idle time hatched;
 * :func:`draw_pipeline_schedules`: GPipe above 1F1B for the same P and M;
 * :func:`draw_tensor_parallel`: the Megatron split of an MLP block over two GPUs.
@@ -19,13 +19,15 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from ddp_lab.pipeline import bubble_fraction, pipeline_schedule
+from ddp_lab.model_parallel.pipeline import bubble_fraction, pipeline_schedule
+from ddp_lab.draw.palette import BLUE, GREEN, GREY, ORANGE, PANEL, PURPLE, SKY_BLUE, VERMILLION, YELLOW
+from ddp_lab.validate import check_int_between
 
 __all__ = ["draw_dataparallel_vs_ddp", "draw_pipeline_schedule", "draw_pipeline_schedules",
            "draw_tensor_parallel"]
 
-GPU_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
-FORWARD, BACKWARD, IDLE = "#56B4E9", "#0072B2", "#EEEEEE"
+GPU_COLOURS = (BLUE, ORANGE, GREEN, PURPLE, SKY_BLUE, VERMILLION, YELLOW, GREY)
+FORWARD, BACKWARD, IDLE = SKY_BLUE, BLUE, "#EEEEEE"
 
 
 def _box(ax, x, y, w, h, *, face, edge="0.3", radius=0.08, lw=1.0, z=1, alpha=1.0):
@@ -60,8 +62,7 @@ def _towards(a, b, half_a, half_b):
 
 def draw_dataparallel_vs_ddp(gpus: int = 4) -> Figure:
     """DataParallel (one process, GPU 0 as hub) beside DDP (one process per GPU, a ring)."""
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 2 <= gpus <= 8:
-        raise ValueError(f"gpus must be an int from 2 to 8, got {gpus!r}")
+    check_int_between('gpus', gpus, 2, 8)
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 5.0))
     plt.close(fig)
     for ax in axes:
@@ -73,15 +74,15 @@ def draw_dataparallel_vs_ddp(gpus: int = 4) -> Figure:
     # DataParallel: one process box, GPU 0 in the middle, the others around it.
     ax = axes[0]
     ax.set_title("DataParallel: 1 process, N threads", fontsize=11, loc="left")
-    _box(ax, 0.15, 1.85, 4.7, 3.25, face="#F7F7F7", edge="0.4", radius=0.15, lw=1.2)
+    _box(ax, 0.15, 1.85, 4.7, 3.25, face=PANEL, edge="0.4", radius=0.15, lw=1.2)
     ax.text(0.3, 2.0, "one Python process: one GIL for all the threads", fontsize=8, va="bottom", color="0.3")
     hub = (2.5, 3.4)
-    _gpu(ax, *hub, "GPU 0", "#D55E00", size=0.9)
+    _gpu(ax, *hub, "GPU 0", VERMILLION, size=0.9)
     others = [(2.5 + 1.7 * math.cos(a), 3.4 + 1.2 * math.sin(a))
               for a in [math.pi * (0.5 + 2 * k / (gpus - 1)) for k in range(gpus - 1)]]
     for k, (x, y) in enumerate(others, start=1):
-        _gpu(ax, x, y, f"GPU {k}", "#999999")
-        _arrow(ax, *_towards(hub, (x, y), 0.45, 0.39), both=True, colour="#D55E00", lw=1.6)
+        _gpu(ax, x, y, f"GPU {k}", GREY)
+        _arrow(ax, *_towards(hub, (x, y), 0.45, 0.39), both=True, colour=VERMILLION, lw=1.6)
     steps = ["every step, through GPU 0:",
              "1. split the batch, copy the pieces out",
              "2. copy the model out again (replicate)",
@@ -99,12 +100,12 @@ def draw_dataparallel_vs_ddp(gpus: int = 4) -> Figure:
     angles = [math.pi / 2 - 2 * math.pi * k / gpus for k in range(gpus)]
     points = [(centre[0] + rx * math.cos(a), centre[1] + ry * math.sin(a)) for a in angles]
     for k, point in enumerate(points):
-        _arrow(ax, *_towards(point, points[(k + 1) % gpus], 0.52, 0.52), colour="#009E73", lw=1.6)
+        _arrow(ax, *_towards(point, points[(k + 1) % gpus], 0.52, 0.52), colour=GREEN, lw=1.6)
     for k, (x, y) in enumerate(points):
-        _box(ax, x - 0.5, y - 0.5, 1.0, 1.0, face="#F7F7F7", edge="0.4", radius=0.1, z=3)
+        _box(ax, x - 0.5, y - 0.5, 1.0, 1.0, face=PANEL, edge="0.4", radius=0.1, z=3)
         ax.text(x, y + 0.36, f"process {k}", ha="center", va="center", fontsize=7.5, color="0.3", zorder=5)
         _gpu(ax, x, y - 0.08, f"GPU {k}", GPU_COLOURS[k % len(GPU_COLOURS)], size=0.6)
-    ax.text(*centre, "ring\nall-reduce", ha="center", va="center", fontsize=8.5, color="#009E73")
+    ax.text(*centre, "ring\nall-reduce", ha="center", va="center", fontsize=8.5, color=GREEN)
     steps = ["every step, in every process:",
              "1. load its own share of the batch",
              "2. forward on its own replica (no copies)",
@@ -188,7 +189,7 @@ def draw_tensor_parallel() -> Figure:
     colours = (GPU_COLOURS[0], GPU_COLOURS[1])
     for gpu, base in enumerate((3.0, 0.4)):
         colour = colours[gpu]
-        _box(ax, -0.1, base - 0.3, 10.5, 2.15, face="#F7F7F7", edge=colour, radius=0.12, lw=1.4, z=0)
+        _box(ax, -0.1, base - 0.3, 10.5, 2.15, face=PANEL, edge=colour, radius=0.12, lw=1.4, z=0)
         ax.text(0.05, base + 1.58, f"GPU {gpu}", fontsize=9, color=colour, fontweight="bold", va="center")
         _matrix(ax, 0.3, base + 0.1, 1.2, 1.0, "X", "0.55")                        # b x d, replicated
         ax.text(1.75, base + 0.6, "×", fontsize=14, ha="center", va="center")
@@ -202,7 +203,7 @@ def draw_tensor_parallel() -> Figure:
         _matrix(ax, 6.95, base + 0.1, 1.2, 1.0, f"Z{gpu}", colour)                 # b x d partial sum
         ax.text(9.25, base + 0.6, "partial sum", fontsize=8.5, ha="center", va="center", color="0.3")
         _arrow(ax, (8.2, base + 0.6), (10.6, 2.6 if gpu == 0 else 2.1), colour="0.3", rad=0.0)
-    _box(ax, 10.65, 1.7, 1.55, 1.3, face="#009E73", edge="0.2", radius=0.1, z=2)
+    _box(ax, 10.65, 1.7, 1.55, 1.3, face=GREEN, edge="0.2", radius=0.1, z=2)
     ax.text(11.42, 2.35, "all-reduce\n(sum)", ha="center", va="center", fontsize=9, color="white", zorder=3)
     _arrow(ax, (12.2, 2.35), (12.55, 2.35), colour="0.3")
     _matrix(ax, 12.55, 1.85, 0.8, 1.0, "Z", "0.35")

@@ -18,6 +18,8 @@ Conventions of the picture:
 :func:`draw_shards` draws one run (several epochs side by side);
 :func:`draw_shard_runs` stacks several runs, e.g. with and without
 ``set_epoch``, so they can be compared.
+
+Used in Chapter 9.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ import matplotlib.pyplot as plt
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from ddp_lab.draw.palette import ERROR_RED
+from ddp_lab.validate import check_positive_int
 
 __all__ = ["draw_shards", "draw_shard_runs"]
 
 CELL = 0.42  # inches per cell
-PADDING_EDGE = "#B3261E"
+PADDING_EDGE = ERROR_RED
 
 
 def draw_shards(indices, dataset_size: int, *, title: str | None = None, axes=None) -> Figure:
@@ -69,8 +73,7 @@ def draw_shard_runs(runs: Mapping[str, Sequence], dataset_size: int) -> Figure:
 
 
 def _validate(indices, dataset_size):
-    if isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size < 1:
-        raise ValueError(f"dataset_size must be a positive int, got {dataset_size!r}")
+    check_positive_int('dataset_size', dataset_size)
     if not isinstance(indices, Sequence) or not indices:
         raise ValueError("indices must be a non-empty list over epochs of lists over ranks of indices")
     epochs = [[list(rank) for rank in epoch] for epoch in indices]

@@ -5,6 +5,8 @@
 shaded by the class the model predicts, so one picture shows both the data
 and what was learned. Nothing here starts a process; the model is evaluated
 here, in the notebook, on a grid of points.
+
+Used in Chapters 7 and 10.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import numpy as np
 import torch
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
+from ddp_lab.draw.palette import BLUE, GREEN, ORANGE, PURPLE, SKY_BLUE, VERMILLION
 
 __all__ = ["draw_spirals"]
 
 # Okabe & Ito: distinguishable with the common colour-vision deficiencies.
-CLASS_COLOURS = ("#E69F00", "#0072B2", "#009E73", "#CC79A7", "#D55E00", "#56B4E9")
+CLASS_COLOURS = (ORANGE, BLUE, GREEN, PURPLE, VERMILLION, SKY_BLUE)
 
 
 def draw_spirals(dataset, model=None, *, ax=None, title: str | None = None,

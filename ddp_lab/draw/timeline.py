@@ -1,6 +1,6 @@
 """Draw a measured backward pass of a DDP model as a Gantt chart.
 
-Input: :class:`ddp_lab.timeline.BackwardTimeline` records, measured on a
+Input: :class:`ddp_lab.data_parallel.overlap_timeline.BackwardTimeline` records, measured on a
 rank. Each is drawn with rows that share a time axis (milliseconds after
 ``backward()`` was called):
 
@@ -19,6 +19,8 @@ is the communication the backward pass did not hide.
 
 :func:`draw_timelines` stacks several timelines (two bucket sizes, say) on
 one shared time axis for comparison.
+
+Used in Chapter 8.
 """
 
 from __future__ import annotations
@@ -28,17 +30,18 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from ddp_lab.draw.palette import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY_BLUE, VERMILLION
 
 __all__ = ["draw_timeline", "draw_timelines"]
 
 # Okabe & Ito, without black and yellow (too light for white labels).
-BUCKET_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#999999")
+BUCKET_COLOURS = (BLUE, ORANGE, GREEN, PURPLE, VERMILLION, SKY_BLUE, GREY)
 BAR_HEIGHT = 0.62
 MS = 1e3
 
 
 def draw_timeline(timeline, *, ax=None, title: str | None = None, xmax: float | None = None) -> Figure:
-    """Draw one :class:`~ddp_lab.timeline.BackwardTimeline`; return the figure.
+    """Draw one :class:`~ddp_lab.data_parallel.overlap_timeline.BackwardTimeline`; return the figure.
 
     The top row is the backward pass, one bar per layer; below it, one row
     per bucket, its bar spanning from the launch of its all-reduce to its
@@ -53,7 +56,7 @@ def draw_timeline(timeline, *, ax=None, title: str | None = None, xmax: float | 
     backward_row = buckets  # rows: the backward pass on top, then bucket 0, 1, ... downwards
 
     bars = [_bar(ax, backward_row, layer.start, layer.end,
-                 colour_of_layer.get(layer.label, "#999999"), layer.label)
+                 colour_of_layer.get(layer.label, GREY), layer.label)
             for layer in timeline.layers]
     bars += [_bar(ax, backward_row - 1 - index, bucket.start, bucket.end, _bucket_colour(index), "")
              for index, bucket in enumerate(timeline.buckets)]
@@ -63,7 +66,7 @@ def draw_timeline(timeline, *, ax=None, title: str | None = None, xmax: float | 
     ax.axvline(backward_end, color="0.1", linewidth=1.3)
     not_hidden = timeline.communication_after_compute * MS
     if not_hidden > 0:
-        ax.add_patch(Rectangle((compute_end, -0.5), not_hidden, buckets, color="#D55E00",
+        ax.add_patch(Rectangle((compute_end, -0.5), not_hidden, buckets, color=VERMILLION,
                                alpha=0.10, linewidth=0, zorder=0))
     rows = [f"bucket {i}: {_layer_range(timeline.bucket_layers(i))}" for i in reversed(range(buckets))]
     ax.set_yticks(range(buckets + 1), rows + ["backward"])
@@ -104,7 +107,7 @@ def draw_timelines(timelines: Sequence, *, titles: Sequence[str] | None = None) 
     handles = [
         plt.Line2D([], [], color="0.25", linestyle="--", linewidth=1, label="last gradient computed"),
         plt.Line2D([], [], color="0.1", linewidth=1.3, label="backward() returns"),
-        Patch(color="#D55E00", alpha=0.15, label="all-reduce not hidden by the backward pass"),
+        Patch(color=VERMILLION, alpha=0.15, label="all-reduce not hidden by the backward pass"),
     ]
     fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=9)
     fig.tight_layout(rect=(0, 0.45 / fig.get_figheight(), 1, 1))
@@ -119,7 +122,7 @@ def _layer_range(layers):
 def _check(timeline):
     for name in ("layers", "buckets", "backward_end", "bucket_contents"):
         if not hasattr(timeline, name):
-            raise TypeError(f"expected a BackwardTimeline (from ddp_lab.timeline), got {type(timeline).__name__}")
+            raise TypeError(f"expected a BackwardTimeline (from ddp_lab.data_parallel.overlap_timeline), got {type(timeline).__name__}")
     if not timeline.layers:
         raise ValueError("the timeline has no layers: nothing was recorded")
 

@@ -8,6 +8,8 @@ as a dashed line of the same colour, so the two regimes are visible: flat
 where latency dominates, rising with slope 1 where bandwidth does.
 
 Nothing here starts a process or measures anything: it only draws.
+
+Used in Chapters 4 and 5.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from ddp_lab.cost import format_bytes
+from ddp_lab.draw.palette import BLACK, BLUE, FAINT, GREEN, GREY, ORANGE, PURPLE, SKY_BLUE, VERMILLION
+from ddp_lab.units import format_bytes, format_rate, format_seconds
 
 __all__ = ["draw_timings"]
 
@@ -26,7 +29,7 @@ QUANTITIES = {
     "algbw": ("algorithm bandwidth (bytes/s)", lambda r: r.algbw),
     "busbw": ("bus bandwidth (bytes/s)", lambda r: r.busbw),
 }
-COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#999999", "#000000")
+COLOURS = (BLUE, VERMILLION, GREEN, PURPLE, ORANGE, SKY_BLUE, GREY, BLACK)
 
 
 def draw_timings(rows, *, y: str = "seconds", fits: dict | None = None, title: str | None = None,
@@ -61,13 +64,13 @@ def draw_timings(rows, *, y: str = "seconds", fits: dict | None = None, title: s
                     linewidth=1, label=f"{name}: fitted α + n/B")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v).replace(".0 ", " ")))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _tick(format_bytes(v))))
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _seconds(v) if y in ("seconds", "best") else _rate(v)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _tick(format_seconds(v) if y in ("seconds", "best") else format_rate(v))))
     ax.set_xlabel("message size")
     ax.set_ylabel(label)
-    ax.grid(True, which="major", color="#DDDDDD", linewidth=0.8)
+    ax.grid(True, which="major", color=FAINT, linewidth=0.8)
     ax.legend(frameon=False, fontsize=9)
     world = sorted({r.world_size for r in rows})
     ax.set_title(title if title is not None else
@@ -78,17 +81,6 @@ def draw_timings(rows, *, y: str = "seconds", fits: dict | None = None, title: s
     return ax.figure
 
 
-def _seconds(v):
-    if v >= 1:
-        return f"{v:g} s"
-    if v >= 1e-3:
-        return f"{v * 1e3:g} ms"
-    return f"{v * 1e6:g} µs"
-
-
-def _rate(v):
-    for unit in ("B/s", "KB/s", "MB/s", "GB/s"):
-        if v < 1000 or unit == "GB/s":
-            return f"{v:g} {unit}"
-        v /= 1000
-    return f"{v:g} GB/s"
+def _tick(label):
+    """An axis label without the zeros that say nothing: ``1.00 ms`` -> ``1 ms``."""
+    return label.replace(".00 ", " ")

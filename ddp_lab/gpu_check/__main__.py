@@ -11,6 +11,8 @@ report the book's pages show, then the file's path. Exit status: 0 when
 every check passed or was skipped for want of GPUs, 1 when one failed (the
 file is written all the same, with the error), 2 for bad options, 3 when
 there is no usable CUDA GPU (nothing was run, nothing written).
+
+Chapter 14 tells how to run it on a GPU machine.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ddp_lab.gpu_check.checklist import CHECKS, check_named
 from ddp_lab.gpu_check.machine import describe_machine, why_no_cuda
 from ddp_lab.gpu_check.results import RESULTS_FOLDER, SCHEMA, assemble, write
 from ddp_lab.gpu_check.runner import Options, run_checks
-from ddp_lab.plan import cuda_device_count
+from ddp_lab.host import cuda_device_count
 
 __all__ = ["main", "NO_CUDA"]
 

@@ -4,7 +4,7 @@ Measured as NVIDIA's nccl-tests measure it (their PERFORMANCE.md): for each
 size, after warm-up, every rank times a loop of ``iterations`` calls; a
 repeat lasts as long as its slowest rank; ``repeats`` such loops give the
 spread (min, median, max) of the time per call. On GPUs each loop is timed
-with CUDA events (``ddp_lab.bench.collectives.elapsed_seconds``): a
+with CUDA events (``ddp_lab.bench.timing.elapsed_seconds``): a
 collective returns to Python before the GPU has done it. From the median::
 
     algbw = bytes / seconds          busbw = algbw x 2(W-1)/W
@@ -24,7 +24,8 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.bench.collectives import Timing, collective_device, slowest_rank_seconds
+from ddp_lab.bench.collectives import Timing
+from ddp_lab.bench.timing import collective_device, slowest_rank_seconds
 from ddp_lab.cost import algbw, bus_factor
 from ddp_lab.gpu_check.results import spread
 from ddp_lab.gpu_check.runner import Finding, expect
@@ -98,7 +99,7 @@ def all_reduce_bandwidth(gpus, options):
 
 def on_rank_compare_ring(sizes):
     """Inside each rank: does the book's ring give dist.all_reduce's sum, on this rank's GPU?"""
-    from ddp_lab.ring import ring_all_reduce
+    from ddp_lab.collectives.ring import ring_all_reduce
 
     rank, device = dist.get_rank(), collective_device()
     agree = {}

@@ -6,6 +6,8 @@ that has not touched the GPU), and ``host_to_device_copy``, which makes one
 here, comes last. ``launch_after_cuda_init`` covers the other case in a
 fresh process. The machine is described (GPU names, which makes a CUDA
 context too) after all of them.
+
+The checks of ``python -m ddp_lab.gpu_check`` (Chapter 14), in the order they run.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ copy engine reads only page-locked ("pinned") host memory, so an ordinary,
 pageable tensor is first copied into a pinned staging buffer by the CPU,
 and only then sent. This measures both, with CUDA events around each copy
 (the copy is queued on the GPU's stream, so the CPU's clock would miss
-part of it: ``ddp_lab.bench.collectives.elapsed_seconds``), ``repeats``
+part of it: ``ddp_lab.bench.timing.elapsed_seconds``), ``repeats``
 times per size, and keeps the spread.
 
 Needs a CUDA GPU: without one there is nothing to pin for.
@@ -17,7 +17,7 @@ import statistics
 
 import torch
 
-from ddp_lab.bench.collectives import elapsed_seconds
+from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.gpu_check.results import spread
 from ddp_lab.gpu_check.runner import Finding, expect
 

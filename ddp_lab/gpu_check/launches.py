@@ -4,7 +4,7 @@ Chapter 14 and the README say that ``ddp_lab.launch`` works on a GPU machine:
 
 * ``backend="auto"`` picks nccl when there is a GPU for every rank, and each
   rank is pinned to ``cuda:LOCAL_RANK`` (``torch.cuda.set_device``, called in
-  ``ddp_lab.rank_process`` before the group is made);
+  ``ddp_lab.launcher.worker`` before the group is made);
 * ``backend="nccl"``, asked for, does the same;
 * the book's CPU examples (functions that all-reduce CPU tensors) run
   unchanged under the default backend, on a machine with a GPU per rank;
@@ -12,7 +12,7 @@ Chapter 14 and the README say that ``ddp_lab.launch`` works on a GPU machine:
   case (one GPU, several ranks; nccl refuses two ranks on one GPU);
 * a launch from a process that has already made a CUDA context works: the
   ranks are forked from the forkserver, which never touches CUDA, not from
-  the notebook (``ddp_lab.processes``);
+  the notebook (``ddp_lab.launcher.worker_group``);
 * ``DDP(model, device_ids=[local_rank])`` trains on each rank's GPU and keeps
   the replicas equal.
 
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 import ddp_lab
 from ddp_lab.gpu_check.runner import CheckFailed, Finding, expect
-from ddp_lab.plan import choose_backend
+from ddp_lab.launcher.config import choose_backend
 
 __all__ = ["launch_auto", "launch_nccl", "cpu_examples_on_gpus", "gloo_shared_gpu", "launch_after_cuda_init", "ddp_device_ids"]
 

@@ -23,7 +23,7 @@ from collections import Counter
 import torch
 import torch.distributed as dist
 
-from ddp_lab.plan import available_cores
+from ddp_lab.host import available_cores
 
 __all__ = ["cuda_facts", "why_no_cuda", "describe_machine", "driver_version", "gpu_names"]
 

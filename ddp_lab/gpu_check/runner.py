@@ -20,6 +20,7 @@ from typing import Callable
 
 from ddp_lab.bench.allreduce import default_sizes
 from ddp_lab.gpu_check.results import record
+from ddp_lab.validate import check_int_at_least, is_int
 
 __all__ = ["Check", "Finding", "CheckFailed", "expect", "Options", "run_check", "run_checks"]
 
@@ -78,11 +79,10 @@ class Options:
     def __post_init__(self):
         for name in ("repeats", "iterations"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            check_int_at_least(name, value, 1)
         for name in ("all_reduce_sizes", "copy_sizes"):
             sizes = getattr(self, name)
-            if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 4 for s in sizes):
+            if not sizes or any(not is_int(s) or s < 4 for s in sizes):
                 raise ValueError(f"{name} must be byte counts of at least 4 (one float32), got {sizes!r}")
         if not self.timeout > 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {self.timeout!r}")

@@ -1,0 +1,132 @@
+"""What every lab checker shares: the launch, the sandbox in the ranks, the record of collectives.
+
+A checker (Labs 2 to 6) runs the reader's code on real ranks and turns what
+happened into a ``CheckResult``; it never raises on a wrong answer. The
+pieces they share live here, once:
+
+- ``launch_checked``: start the ranks, and hand back either their values or
+  the failure (a hang, a crash, a death), for the checker to explain in the
+  words of its own exercise; ``stuck_ranks`` and ``first_line`` put that
+  failure in a few words;
+- ``point_to_point_only``: inside a rank, switch off the collectives the
+  exercise must build from send/recv (Labs 2 and 3), each refusal worded by
+  the checker, and optionally record every message sent;
+- ``collective_recorder``: inside a rank, write down every c10d operation
+  the reader's code issues, with its size (Labs 4 and 6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import NamedTuple
+
+from ddp_lab.launcher.api import launch
+from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
+
+__all__ = ["FORBIDDEN", "CollectiveCall", "launch_checked", "stuck_ranks", "first_line",
+           "point_to_point_only", "collective_recorder"]
+
+# The collectives that move data: switched off where the exercise is to build one.
+FORBIDDEN = ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_reduce",
+             "reduce", "broadcast", "gather", "scatter", "reduce_scatter",
+             "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all",
+             "all_to_all_single", "all_gather_object", "broadcast_object_list")
+
+
+def launch_checked(fn, world_size, *, args=(), timeout, threads=None):
+    """``(values by rank, None)``, or ``(None, the error)`` if a rank hung, failed or died.
+
+    Always gloo: the checkers compare values bit for bit on the CPU.
+    """
+    try:
+        return launch(fn, world_size, args=args, backend="gloo", threads=threads, timeout=timeout), None
+    except (RanksTimedOut, RankFailed, RankDied) as error:
+        return None, error
+
+
+def stuck_ranks(error: RanksTimedOut) -> str:
+    """``rank 0: waiting in all_reduce() ...; rank 1: ...``: where each unfinished rank was."""
+    return "; ".join(f"rank {r}: {w}" for r, w in sorted(error.unfinished.items()))
+
+
+def first_line(error: Exception) -> str:
+    """The first line of a launch error: which rank, and what it raised or how it died."""
+    return str(error).splitlines()[0]
+
+
+@contextlib.contextmanager
+def point_to_point_only(refusal, *, record_sends=False):
+    """In a rank, make every collective of ``FORBIDDEN`` raise ``RuntimeError(refusal(name))``.
+
+    Yields a list that, with ``record_sends``, collects ``(destination,
+    copy of the tensor)`` for every message this rank sends: whether written
+    ``dist.send``, ``dist.isend``, a P2POp or ``group.send`` (as
+    ``ddp_lab.ring_all_reduce`` does), a send ends in ``ProcessGroup.send``,
+    so that is where it is recorded. Everything is put back on exit. Load
+    the reader's function inside the block: ``from torch.distributed import
+    all_reduce`` then finds the refusing one.
+    """
+    import torch.distributed as dist
+
+    def forbidden(name):
+        def collective(*args, **kwargs):
+            raise RuntimeError(refusal(name))
+        return collective
+
+    sends = []
+    group_class = dist.ProcessGroup
+    original_send = group_class.__dict__["send"]
+
+    def recording_send(group, tensors, dst, *args, **kwargs):
+        sends.extend((dst, tensor.detach().clone()) for tensor in tensors)
+        return original_send(group, tensors, dst, *args, **kwargs)
+
+    saved = {name: getattr(dist, name) for name in FORBIDDEN if hasattr(dist, name)}
+    for name in saved:
+        setattr(dist, name, forbidden(name))
+    if record_sends:
+        group_class.send = recording_send
+    try:
+        yield sends
+    finally:
+        group_class.send = original_send
+        for name, original in saved.items():
+            setattr(dist, name, original)
+
+
+class CollectiveCall(NamedTuple):
+    """One c10d operation: its name (``allreduce``), when it ran, its elements and bytes."""
+
+    name: str
+    phase: str
+    numel: int
+    nbytes: int
+
+
+def collective_recorder():
+    """A ``TorchDispatchMode`` that appends a ``CollectiveCall`` to ``.calls`` for every c10d operation.
+
+    Set ``.phase`` to say when the calls happen ("backward", "construction").
+    Built when called, so that importing the checkers imports no torch.
+    """
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CollectiveRecorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.phase = ""
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func)
+            if name.startswith("c10d."):
+                first = args[0] if args else None
+                tensors = [t for t in (first if isinstance(first, (list, tuple)) else [first])
+                           if isinstance(t, torch.Tensor)]
+                self.calls.append(CollectiveCall(name.split(".")[1].strip("_"), self.phase,
+                                                 sum(t.numel() for t in tensors),
+                                                 sum(t.numel() * t.element_size() for t in tensors)))
+            return func(*args, **(kwargs or {}))
+
+    return CollectiveRecorder()

@@ -1,0 +1,8 @@
+"""Part IV: running the same code on real clusters, or on this machine as if it were one.
+
+- ``torchrun``: torchrun's agents started from Python, one node or two (Chapters 2, 11, 12);
+- ``scripts``: the book's scripts (``labs/scripts/``), found or downloaded (Chapters 11 to 14);
+- ``network``: interfaces and the sockets of a rank (Chapter 12; what links cost is ``ddp_lab.links``);
+- ``slurm``: Slurm's variables translated into torchrun's (Chapter 13; no torch imported);
+- ``slurm_sandbox``: an sbatch script and srun's tasks run here, without Slurm (Chapter 13).
+"""

@@ -1,0 +1,12 @@
+"""Part II's algorithms, run inside each rank: collectives built from messages.
+
+- ``ring``: the ring all-reduce, from isend/irecv (Chapter 6, read in Lab 3);
+- ``naive``: gather to one rank, sum, send back: what the ring improves on;
+- ``parameter_server``: one rank averages for all, and its traffic (Chapters 1 and 5);
+- ``step_trace``: what each rank sent, received and held, step by step;
+- ``before_after``: what a rank held before and after a collective (Chapter 5's pictures);
+- ``traced_all_reduce``: the one notebook-side module here: it starts ranks
+  with ``ddp_lab.launch`` and brings their traces back (Chapter 6).
+
+Everything else imports nothing from ``ddp_lab.launcher``: it runs unchanged under torchrun.
+"""

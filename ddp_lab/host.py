@@ -1,0 +1,44 @@
+"""This machine, as a launch sees it: CPU cores, GPUs, the loopback interface.
+
+Probes, each one call to the operating system (or to torch, for the GPUs,
+imported only then). The launcher (``ddp_lab.launcher.config``) shares the
+cores between the ranks and picks a backend with them (Chapter 3); the
+torchrun helpers keep gloo on loopback with ``loopback_interface``
+(Chapter 11); the benchmarks say how many cores they ran on (Chapter 10).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+
+def cuda_device_count():
+    """How many GPUs there are, asked without initialising CUDA here.
+
+    ``torch.cuda.device_count()`` counts through NVML when it can, and creates
+    no CUDA context in the notebook; the ranks create their own.
+    """
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def available_cores():
+    """The CPU cores this process may run on (its affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def loopback_interface():
+    """The name of the loopback network interface ('lo' on Linux, 'lo0' on macOS).
+
+    gloo binds its sockets to the interface named by GLOO_SOCKET_IFNAME; a
+    local launch binds to loopback only, so nothing listens on the network.
+    """
+    names = [name for _, name in socket.if_nameindex()]
+    for candidate in ("lo", "lo0"):
+        if candidate in names:
+            return candidate
+    return None

@@ -1,0 +1,50 @@
+"""The launcher: how a notebook cell runs a function on W real ranks (Chapter 3).
+
+Machinery, not a lesson: a chapter calls ``ddp_lab.launch`` (or uses
+``ddp_lab.Ranks`` and ``%%ddp``) and reads the algorithms in
+``ddp_lab.collectives``, ``ddp_lab.data_parallel`` and
+``ddp_lab.model_parallel``, which never import anything from here, so what
+a chapter shows runs unchanged under torchrun. The names follow torch
+elastic's (``torch.distributed.elastic``), whose agent does the same job
+for torchrun:
+
+- ``api``: ``launch(fn, world_size)``, the function every chapter calls;
+- ``config``: the launch config, checked before anything starts;
+- ``worker_group``: the W rank processes of one launch, started, watched and stopped;
+- ``worker``: what runs inside each rank; ``worker_env``: the torchrun variables it sees;
+- ``protocol``: the messages between the notebook and its ranks (below);
+  ``jobs``: what a job carries; ``serialize``: pickling by value;
+- ``run_result``: replies into values or the right exception; ``errors``: those exceptions;
+- ``output``: the ranks' prints, rank by rank; ``where_stuck``: where a hung rank waits;
+- ``forkserver`` (and ``forkserver_preload``): the process every rank is forked from;
+- ``shutdown``: nothing outlives the notebook (exit, kernel shutdown);
+- ``persistent`` and ``magic``: ``Ranks`` and ``%%ddp``, ranks that stay between cells.
+
+The protocol, one duplex pipe per rank (constants in ``protocol``; every
+message carries an id, and a reply the id of what it answers):
+
+=============  ==========================  ======================================
+kind           from -> to                  answered by
+=============  ==========================  ======================================
+``call``       notebook -> rank (a job)    ``done`` (the value) or ``failed``
+``exec``       notebook -> rank (a job)    ``done`` (None) or ``failed``
+``pull``       notebook -> rank (a job)    ``done`` ({name: value}) or ``failed``
+``interrupt``  notebook -> rank            the job's own reply (KeyboardInterrupt)
+``where``      notebook -> rank            ``stack``: the main thread's stack
+``exit``       notebook -> rank            nothing: the rank leaves and exits
+=============  ==========================  ======================================
+"""
+
+from ddp_lab.lazy import lazy_exports
+
+EXPORTS = {  # also what ddp_lab itself exports from here
+    "launch": "ddp_lab.launcher.api",
+    "start_forkserver": "ddp_lab.launcher.forkserver",
+    "Ranks": "ddp_lab.launcher.persistent",
+    "LaunchError": "ddp_lab.launcher.errors",
+    "RankFailed": "ddp_lab.launcher.errors",
+    "RankDied": "ddp_lab.launcher.errors",
+    "RanksTimedOut": "ddp_lab.launcher.errors",
+}
+__all__ = list(EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS)

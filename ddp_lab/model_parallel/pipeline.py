@@ -1,0 +1,106 @@
+"""Pipeline parallelism in outline: the schedule of micro-batches over stages.
+
+A model too large for one GPU can be cut into P consecutive *stages*, one
+per GPU. A batch is split into M *micro-batches*; each goes forward through
+stage 0, 1, ..., P-1, then backward through P-1, ..., 0. While stage 1 works
+on micro-batch 0, stage 0 can already start micro-batch 1, so the stages work
+at the same time, except at the start and the end of every batch, where some
+wait: the *bubble*.
+
+With a forward taking time f and a backward b on every stage, both schedules
+below take (M + P - 1)(f + b), of which each stage is busy M(f + b), so the
+idle fraction is
+
+    bubble = (P - 1) / (M + P - 1)
+
+and more micro-batches make it smaller. The schedules differ in memory:
+
+* **GPipe**: every stage runs all M forwards, then all M backwards, so it
+  keeps the activations of all M micro-batches at once;
+* **1F1B** (one forward, one backward, as in PipeDream-Flush and Megatron):
+  after a warm-up of P - 1 - s forwards, stage s alternates forward and
+  backward, so it keeps at most P - s micro-batches' activations.
+
+:func:`pipeline_schedule` simulates either from these dependencies alone: a
+forward on stage s needs the same micro-batch's forward on s - 1, a backward
+on s needs its backward on s + 1 (or its own forward, on the last stage), and
+a stage does one thing at a time, in its schedule's order.
+
+Used in Chapter 15.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from ddp_lab.validate import check_positive_int
+
+__all__ = ["Slot", "SCHEDULES", "pipeline_schedule", "bubble_fraction"]
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One piece of work: ``phase`` ("F" or "B") of ``microbatch`` on ``stage``, from ``start`` to ``end``."""
+
+    stage: int
+    phase: str
+    microbatch: int
+    start: float
+    end: float
+
+
+def _order(schedule: str, stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
+    """The order in which one stage does its forwards and backwards."""
+    forwards = [("F", m) for m in range(microbatches)]
+    backwards = [("B", m) for m in range(microbatches)]
+    if schedule == "gpipe":
+        return forwards + backwards
+    warmup = min(stages - 1 - stage, microbatches)
+    order = forwards[:warmup]
+    for m in range(warmup, microbatches):  # steady state: one forward, one backward
+        order += [forwards[m], backwards[m - warmup]]
+    return order + backwards[microbatches - warmup:]
+
+
+def pipeline_schedule(stages: int, microbatches: int, schedule: str = "gpipe", *,
+                      forward: float = 1.0, backward: float = 2.0) -> list[Slot]:
+    """Every slot of one training step, simulated from the dependencies.
+
+    >>> slots = pipeline_schedule(2, 2)
+    >>> [(s.stage, s.phase, s.microbatch, s.start) for s in slots if s.stage == 1]
+    [(1, 'F', 0, 1.0), (1, 'F', 1, 2.0), (1, 'B', 0, 3.0), (1, 'B', 1, 5.0)]
+    """
+    for name, value in (("stages", stages), ("microbatches", microbatches)):
+        check_positive_int(name, value)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}; got {schedule!r}")
+    if not (forward > 0 and backward > 0):
+        raise ValueError(f"forward and backward must be durations > 0, got {forward!r} and {backward!r}")
+    orders = [_order(schedule, s, stages, microbatches) for s in range(stages)]
+    done: dict[tuple[int, str, int], float] = {}  # (stage, phase, microbatch) -> end time
+    position, free = [0] * stages, [0.0] * stages
+    slots = []
+    while len(slots) < 2 * stages * microbatches:
+        progressed = False
+        for s in range(stages):
+            if position[s] == len(orders[s]):
+                continue
+            phase, m = orders[s][position[s]]
+            needs = ((s - 1, "F", m) if s > 0 else None) if phase == "F" else \
+                ((s + 1, "B", m) if s < stages - 1 else (s, "F", m))
+            if needs is not None and needs not in done:
+                continue
+            start = max(free[s], done.get(needs, 0.0))
+            end = start + (forward if phase == "F" else backward)
+            slots.append(Slot(s, phase, m, start, end))
+            done[s, phase, m], free[s], position[s] = end, end, position[s] + 1
+            progressed = True
+        if not progressed:  # cannot happen for the schedules above
+            raise RuntimeError("the schedule deadlocks")
+    return sorted(slots, key=lambda slot: (slot.stage, slot.start))
+
+
+def bubble_fraction(stages: int, microbatches: int) -> float:
+    """The idle fraction of a step, (P - 1) / (M + P - 1), for both schedules."""
+    return (stages - 1) / (microbatches + stages - 1)
