@@ -114,8 +114,7 @@ class StragglerVerdict:
 
     def __str__(self) -> str:
         if self.straggler is None:
-            return (f"no straggler: no rank computes much longer than the others "
-                    f"(the slowest, rank {self.slowest}, is within the tolerance)")
+            return "no straggler: no rank computes much longer than the others"
         return (f"rank {self.straggler} is the straggler: it computed longest and waited least; "
                 f"the other ranks spent about that difference waiting for it in the collectives")
 
