@@ -19,7 +19,8 @@ submits
 the model) with the environment torchrun gives, then comparing the replicas
 and gathering each rank's time computing and waiting in collectives (every
 ``torch.distributed`` collective the script calls is timed, then run as it
-is).
+is; optimizer steps are counted with torch's global step hook, for the
+per-step figures).
 """
 
 from __future__ import annotations
@@ -210,6 +211,7 @@ def _timed_collectives(timer):
 def _run_in_rank(path: str, argv: list[str]):
     """In each rank: run the script's main(), then compare the replicas and gather the times."""
     import torch.distributed as dist
+    from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from ddp_lab.debugging import WaitComputeTimer, compare_replicas
 
@@ -224,15 +226,19 @@ def _run_in_rank(path: str, argv: list[str]):
         original_init(*args, **kwargs)
         started.append(time.perf_counter())  # start-up is neither computing nor waiting
 
+    def count_step(optimizer, args, kwargs):
+        timer.step()
+
     dist.init_process_group = init_then_start_clock
+    counting = register_optimizer_step_post_hook(count_step)  # every optimizer's step, for per-step figures
     try:
         with _timed_collectives(timer):
             model = namespace["main"](argv)
         ended = time.perf_counter()
     finally:
         dist.init_process_group = original_init
+        counting.remove()
     timer.compute_s = (ended - started[0]) - timer.wait_s if started else 0.0
-    timer.steps = 1
     report = compare_replicas(model)
     times = timer.gather()
     dist.destroy_process_group()
