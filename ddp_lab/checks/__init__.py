@@ -9,6 +9,8 @@ tick or as a list of mistakes, each explained.
 - Lab 4: ``check_ddp``, DDP built from gradient hooks, against torch's DDP.
 - Lab 5: ``check_torchrun_script``, a training script run under torchrun with
   an injected failure.
+- Lab 5b: ``check_diagnosis`` and ``check_fix`` (five broken scripts: the cause,
+  line and ranks of each bug, and a fix run on real ranks).
 - Lab 6: ``check_zero1`` (ZeRO-1 built by hand: optimizer state sharded, reduce-scatter
   and all-gather) and ``check_memory_answer`` (bytes per rank under DDP and ZeRO-1/2/3).
 """
@@ -29,6 +31,8 @@ _EXPORTS = {
     "check_torchrun_script": "ddp_lab.checks.torchrun",
     "check_memory_answer": "ddp_lab.checks.memory_answer",
     "check_zero1": "ddp_lab.checks.zero1",
+    "check_diagnosis": "ddp_lab.checks.debugging",
+    "check_fix": "ddp_lab.checks.debugging",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -213,7 +213,7 @@ def run_together(commands, *, env=None, envs=None, cwd=None, timeout=120.0) -> l
         outputs = _communicate_all(processes, timeout, tags)
     finally:
         for process, tag in zip(processes, tags):
-            _stop(process, tag)
+            stop_agent(process, tag)
     return [TorchrunRun(tuple(process.args), process.returncode, out, err)
             for process, (out, err) in zip(processes, outputs)]
 
@@ -277,7 +277,7 @@ def _communicate_all(processes, timeout, tags):
     return outputs
 
 
-def _stop(process, tag, grace: float = 5.0):
+def stop_agent(process, tag, grace: float = 5.0):
     """Stop an agent that is still running, and every process it started.
 
     torchrun starts each worker in a session of its own, so the agent's

@@ -1,0 +1,221 @@
+"""Where is each rank stuck? Its Python stack, read from outside with py-spy.
+
+A hung job prints nothing: every rank waits inside a collective for a rank
+that called a different one, or none. The question is *where* each rank
+waits, and the answer is in each process's stack. ``py-spy dump --pid PID``
+reads it from outside, without stopping or changing the process (it reads
+the process's memory through ``ptrace``/``process_vm_readv``): it works on a
+job you did not prepare for debugging, on any node you can log in to.
+
+:func:`stacks_of_hung_job` does it for a ``torchrun`` job on this machine:
+it starts the job, waits until every worker sits in a collective, dumps
+each worker's main thread (workers are found as the agent's children, and
+told apart by their ``RANK`` variable), then lets the job end on its own
+timeout, or stops it. :func:`stack_lines` prints a stack as a reader wants
+it: the script's own frames with their lines, torch's frames by function
+name only (their line numbers change with every PyTorch release).
+
+Used in Chapter 13b ("A hang, diagnosed from the outside") and in Lab 5b.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddp_lab.cluster.torchrun import RUN_TAG, TorchrunRun, loopback_environment, stop_agent, torchrun_command
+
+__all__ = ["Frame", "HungJob", "py_spy_command", "dump_stack", "stack_lines", "stacks_of_hung_job"]
+
+_TORCH_DIR = os.sep + "torch" + os.sep
+# Frames that only pass a call on: the logging wrapper around every c10d call, runpy.
+_PASS_THROUGH = ("_exception_logger.<locals>.wrapper", "_time_logger.<locals>.wrapper", "wrapper")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a stack: the function, its file and the line it is at."""
+
+    function: str
+    filename: str
+    line: int
+
+    @property
+    def in_torch(self) -> bool:
+        return _TORCH_DIR in self.filename
+
+    @property
+    def in_torch_distributed(self) -> bool:
+        return f"{_TORCH_DIR}distributed{os.sep}" in self.filename
+
+
+def py_spy_command() -> str:
+    """The path of the ``py-spy`` program (next to this Python, or on PATH)."""
+    beside = Path(sys.executable).with_name("py-spy")
+    found = str(beside) if beside.is_file() else shutil.which("py-spy")
+    if not found:
+        raise FileNotFoundError("py-spy is not installed: python -m pip install py-spy")
+    return found
+
+
+def dump_stack(pid: int, *, timeout: float = 20.0) -> list[Frame]:
+    """The Python stack of the main thread of process ``pid``, innermost frame first.
+
+    Runs ``py-spy dump --pid PID --json``. Raises RuntimeError with py-spy's
+    own message when it cannot read the process (no such process, or no
+    permission to trace it: see Chapter 13b for ``ptrace`` on your machine).
+    """
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise ValueError(f"pid must be a positive int, got {pid!r}")
+    result = subprocess.run([py_spy_command(), "dump", "--pid", str(pid), "--json"],
+                            capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"py-spy could not read process {pid}: {(result.stderr or result.stdout).strip()}")
+    threads = json.loads(result.stdout)
+    main = next((t for t in threads if t.get("os_thread_id") == pid or t.get("thread_name") == "MainThread"),
+                threads[0] if threads else None)
+    if main is None:
+        return []
+    return [Frame(f["name"], f["filename"], int(f["line"])) for f in main["frames"]]
+
+
+def stack_lines(frames: list[Frame]) -> list[str]:
+    """A stack as a reader reads a traceback, outermost call first.
+
+    The script's frames keep their file and line (``train.py:23 in
+    sync_metrics``); torch's keep only their module and function
+    (``torch.distributed: all_reduce``), since their line numbers change
+    from one PyTorch release to the next; wrappers that only pass a call
+    on are left out.
+    """
+    lines = []
+    for frame in reversed(frames):
+        if frame.function in _PASS_THROUGH:
+            continue
+        if frame.in_torch:
+            module = "torch.distributed" if frame.in_torch_distributed else "torch"
+            lines.append(f"    {module}: {frame.function}")
+        elif "<frozen runpy>" in frame.filename or frame.filename.endswith("runpy.py"):
+            continue
+        else:
+            lines.append(f"{os.path.basename(frame.filename)}:{frame.line} in {frame.function}")
+    return lines
+
+
+@dataclass
+class HungJob:
+    """What :func:`stacks_of_hung_job` saw: each rank's stack, and the run's output."""
+
+    stacks: dict[int, list[Frame]] = field(default_factory=dict)
+    run: TorchrunRun | None = None
+    seconds_to_end: float = 0.0  # from the dump to the end of the job
+
+    def report(self) -> str:
+        """Every rank's stack, in rank order."""
+        lines = []
+        for rank in sorted(self.stacks):
+            lines.append(f"rank {rank}:")
+            lines += [f"  {line}" for line in stack_lines(self.stacks[rank]) or ["(no Python stack)"]]
+        return "\n".join(lines)
+
+
+def _waiting_in_collective(frames: list[Frame]) -> bool:
+    """Inside torch.distributed, past start-up (not in init_process_group or the rendezvous)."""
+    names = {f.function for f in frames}
+    return (any(f.in_torch_distributed for f in frames)
+            and not names & {"init_process_group", "_env_rendezvous_handler", "_create_c10d_store"})
+
+
+def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, settle: float = 30.0,
+                       timeout: float = 60.0) -> HungJob:
+    """Run ``torchrun --standalone --nproc_per_node N script args``, and dump
+    each worker's stack with py-spy once it waits in a collective.
+
+    A worker counts as waiting when two dumps in a row show the same stack
+    inside torch.distributed, past start-up. Workers not waiting within
+    ``settle`` seconds are dumped as they are. The job should then end by
+    itself (the script's ``init_process_group(timeout=...)``); after
+    ``timeout`` seconds in all, it is stopped, workers included.
+    """
+    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or not 1 <= nproc_per_node <= 16:
+        raise ValueError(f"nproc_per_node must be an int from 1 to 16, got {nproc_per_node!r}")
+    for name, value in (("settle", settle), ("timeout", timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+            raise ValueError(f"{name} must be a number of seconds, more than 0 and at most 3600, got {value!r}")
+    if not Path(script).is_file():
+        raise ValueError(f"script must be the path of a Python file, got {str(script)!r} (no such file)")
+    py_spy_command()  # fail before starting anything when py-spy is missing
+
+    command = torchrun_command(script, args, nproc_per_node=nproc_per_node)
+    tag = f"{os.getpid()}-{time.monotonic_ns()}-hung"
+    agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**loopback_environment(env), RUN_TAG: tag}, start_new_session=True)
+    output = {"stdout": [], "stderr": []}
+    readers = [threading.Thread(target=lambda s=stream, n=name: output[n].extend(s), daemon=True)
+               for name, stream in (("stdout", agent.stdout), ("stderr", agent.stderr))]
+    for reader in readers:
+        reader.start()
+    job = HungJob()
+    start = time.monotonic()
+    try:
+        workers = _find_workers(agent, nproc_per_node, deadline=start + settle)
+        deadline = start + settle
+        for rank in sorted(workers):
+            job.stacks[rank] = _settled_stack(workers[rank], deadline)
+        dumped = time.monotonic()
+        try:
+            agent.wait(max(0.1, timeout - (dumped - start)))
+        except subprocess.TimeoutExpired:
+            pass
+        job.seconds_to_end = time.monotonic() - dumped
+    finally:
+        stop_agent(agent, tag)
+        for reader in readers:
+            reader.join(5)
+    job.run = TorchrunRun(tuple(command), agent.returncode, "".join(output["stdout"]), "".join(output["stderr"]))
+    return job
+
+
+def _find_workers(agent: subprocess.Popen, count: int, deadline: float) -> dict[int, int]:
+    """{rank: pid} of the agent's workers, read from their RANK variable."""
+    import psutil
+
+    workers = {}
+    while time.monotonic() < deadline and agent.poll() is None:
+        try:
+            for child in psutil.Process(agent.pid).children():
+                try:
+                    rank = child.environ().get("RANK")
+                except psutil.Error:
+                    continue
+                if rank is not None:
+                    workers[int(rank)] = child.pid
+        except psutil.Error:
+            break
+        if len(workers) == count:
+            break
+        time.sleep(0.05)
+    return workers
+
+
+def _settled_stack(pid: int, deadline: float) -> list[Frame]:
+    """The stack once it sits in a collective and stays put, or the last one seen at ``deadline``."""
+    previous = None
+    while True:
+        try:
+            frames = dump_stack(pid)
+        except RuntimeError:  # the process has exited
+            return previous or []
+        if frames == previous and _waiting_in_collective(frames):
+            return frames
+        if time.monotonic() >= deadline:
+            return frames
+        previous = frames
+        time.sleep(0.2)
