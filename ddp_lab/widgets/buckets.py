@@ -84,7 +84,7 @@ class BucketTradeoff(Control):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("bucket size (MiB)")
         ax.set_ylabel("backward with communication (s)")
-        ax.set_ylim(0, max(times) * 1.05)
+        ax.set_yscale("log")
         ax.grid(color="0.9")
         best_size, best_time = self.best
         title = (f"{len(self.schedule)} buckets of {format_mib(self.gradient_bytes / len(self.schedule))}: "

@@ -80,11 +80,13 @@ function drawTimeline(schedule, backwardSeconds) {
     picture.append(svg("rect", {x: x(backwardSeconds), y: 6, width: x(total) - x(backwardSeconds), height: 66,
                                 fill: "rgba(213,94,0,0.12)", stroke: "none"}));
   }
+  if (x(backwardSeconds) - x(0) >= 100) {
+    picture.append(svg("text", {x: x(0), y: 86, "font-size": 11, fill: "#444"}, "0"));
+  }
   picture.append(svg("line", {x1: x(backwardSeconds), x2: x(backwardSeconds), y1: 6, y2: 72, stroke: "#555",
                               "stroke-dasharray": "3 2"}),
-                 svg("text", {x: x(0), y: 88, "font-size": 11, fill: "#444"}, "0"),
                  subscripted(`T_b = ${formatSeconds(backwardSeconds)}`, {x: x(backwardSeconds), y: 86, "font-size": 11,
-                                                                     fill: "#444", "text-anchor": "end"}),
+                   fill: "#444", "text-anchor": x(backwardSeconds) - x(0) < 100 ? "start" : "end"}),
                  svg("text", {x: x(total), y: 101, "font-size": 11, fill: "#222", "text-anchor": "end", "font-weight": 600},
                      `T = ${formatSeconds(total)}`));
   return picture;
@@ -96,14 +98,16 @@ function drawCurve(args, sizes, current) {
   const times = usable.map((s) => backwardTime(gradientBytes, s, backwardSeconds, worldSize, latency, bandwidth));
   const width = 720, height = 210, left = 62, right = 16, top = 10, bottom = 40;
   const x = scale("log", [usable[0], usable[usable.length - 1]], [left, width - right]);
-  const hi = Math.max(...times);
-  const y = scale("linear", [0, hi * 1.05], [height - bottom, top]);
+  // log scale: the time spans decades between tiny buckets and the best one
+  const lo = Math.min(...times, backwardSeconds), hi = Math.max(...times);
+  const y = scale("log", [10 ** Math.floor(Math.log10(lo * 0.95)), 10 ** Math.ceil(Math.log10(hi * 1.05))],
+                  [height - bottom, top]);
   const picture = svg("svg", {width, height, viewBox: `0 0 ${width} ${height}`, role: "img", class: "ddp-bucket-curve",
                               "aria-label": "time of the backward pass against the bucket size"});
   for (const tick of y.ticks) {
     picture.append(svg("line", {x1: left, x2: width - right, y1: y(tick), y2: y(tick), stroke: "#eee"}),
                    svg("text", {x: left - 6, y: y(tick), "text-anchor": "end", "dominant-baseline": "central",
-                                "font-size": 11, fill: "#444"}, tick === 0 ? "0" : formatSeconds(tick)));
+                                "font-size": 11, fill: "#444"}, formatSeconds(tick)));
   }
   const [first, last] = [usable[0], usable[usable.length - 1]];
   for (let mib = 0.25; mib * 2 ** 20 <= last * 1.0001; mib *= 4) {

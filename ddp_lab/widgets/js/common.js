@@ -34,7 +34,7 @@ function fill(element, attributes, children) {
 /** SVG text with a subscript: R_g becomes R<tspan>g</tspan> (as $R_g$ in the book's figures). */
 function subscripted(text, attributes = {}) {
   const node = svg("text", attributes);
-  const parts = text.split(/_(\w)/);  // "R_g = 5" -> ["R", "g", " = 5"]
+  const parts = text.split(SUBSCRIPT);  // "R_g = 5" -> ["R", "g", " = 5"]
   parts.forEach((part, index) => {
     if (index % 2 === 1) {
       node.append(svg("tspan", {"baseline-shift": "sub", "font-size": "75%"}, part));
@@ -107,10 +107,13 @@ function buttons({name, label, options, value, onChange}) {
   return {element, input: row, options: build, set(v) { current = v; mark(); }};
 }
 
-/** Text with subscripts, as HTML: "R_g" -> R<sub>g</sub>. */
+/** Text with subscripts, as one HTML span: "R_g" -> R<sub>g</sub> (LOCAL_RANK stays as it is). */
 function subscriptedHtml(text) {
-  return text.split(/_(\w)/).map((part, i) => (i % 2 ? html("sub", {}, part) : part));
+  return html("span", {}, text.split(SUBSCRIPT).map((part, i) => (i % 2 ? html("sub", {}, part) : part)));
 }
+
+// One lower-case letter after "_", ending a word: R_g, R_l, T_b; not LOCAL_RANK.
+const SUBSCRIPT = /_([a-z])(?![A-Za-z])/;
 
 function nearestIndex(values, value) {
   let best = 0;

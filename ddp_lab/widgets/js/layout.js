@@ -148,7 +148,7 @@ function drawChip(gpu, centre, top) {
 
 function legend(layout) {
   const ranks = [...new Set(layout.processes.map((p) => p.local_rank))].sort((a, b) => a - b);
-  return html("div", {class: "ddp-legend"}, "colour = local rank ", ...subscriptedHtml("R_l:"),
+  return html("div", {class: "ddp-legend"}, subscriptedHtml("colour = local rank R_l:"),
     ranks.map((r) => swatch(darker(colour(r)), String(r), {fill: tint(colour(r))})));
 }
 
