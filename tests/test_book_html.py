@@ -238,9 +238,10 @@ def check_animations(page, problems):
 
 def check_widgets(page, problems):
     try:
-        page.wait_for_selector(".jupyter-widgets", timeout=15_000)
+        # ipywidgets' controls carry .jupyter-widgets; the book's own (anywidgets) .ddp-control
+        page.wait_for_selector(".jupyter-widgets, .ddp-control", timeout=15_000)
     except Exception:
-        problems.append("the notebook has widgets but none rendered (.jupyter-widgets)")
+        problems.append("the notebook has widgets but none rendered (.jupyter-widgets, .ddp-control)")
         return
     views = page.locator("script[type='application/vnd.jupyter.widget-view+json']").count()
     rendered = page.locator(".widget-subarea").count()

@@ -107,7 +107,7 @@ SCENARIOS = {
         ("shot",),
     ],
     "MemoryCalculator": [
-        ("fill", "input[name=world_size]", "3", {"world_size": 8}),
+        ("fill", "input[name=world_size]", "5", {"world_size": 32}),
         ("fill", "input[name=num_parameters]", "60", {"num_parameters": log_value(8, 40, 60)}),
         ("click", "[data-name=stage] button[data-value='ZeRO-2']", None, {"stage": "ZeRO-2"}),
         ("shot",),
