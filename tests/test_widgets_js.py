@@ -155,7 +155,8 @@ def test_all_reduce_times_agree_with_cost(page):
 
 def test_bucket_schedule_agrees_with_cost(page):
     cases = [[g, b, t, w, latency, bandwidth] for g in GRADIENT_SIZES[::4] for b in BUCKET_SIZES[::5]
-             for t in (1e-3, 0.1) for w in (2, 8, 64) for latency in (1e-6, 1e-4) for bandwidth in (1e8, 1e11)]
+             for t in (1e-3, 0.1) for w in (2, 8, 64) for latency in (1e-6, 1e-4) for bandwidth in (1e8, 1e11)
+             if g / b <= 4096]  # whole schedules cross to Python: keep them to a few thousand buckets
     answers = module_answers(page, BucketTradeoff(), "bucketSchedule", cases)
     for case, answer in zip(cases, answers):
         expected = bucket_schedule(*case)
