@@ -39,6 +39,8 @@ def write_page(folder: Path, widgets, title: str = "controls") -> Path:
     (static / "npm").mkdir(parents=True, exist_ok=True)
     (static / "widgets_offline.js").write_text((ROOT / "book/_static/widgets_offline.js").read_text())
     for package in ("requirejs", "@jupyter-widgets", "anywidget"):
+        if not (NODE_MODULES / package).exists():
+            raise FileNotFoundError(f"node_modules/{package} is missing: run `npm ci` in {ROOT}")
         link = static / "npm" / package
         if not link.exists():
             link.symlink_to(NODE_MODULES / package)
