@@ -33,6 +33,8 @@ Used in Chapters 4 and 5, by the benchmarks, and by ``ddp_lab.links`` (Chapter 1
 
 from __future__ import annotations
 
+import math
+
 from ddp_lab.validate import check_positive_int
 
 COLLECTIVES = (
@@ -176,3 +178,65 @@ def fit_latency_bandwidth(nbytes, seconds) -> tuple[float, float]:
     latency = max(0.0, mean_y - slope * mean_x)
     bandwidth = 1 / slope if slope > 0 else float("inf")
     return latency, bandwidth
+
+
+# ---------------------------------------------------- the book's two lessons in numbers
+
+
+def naive_all_reduce_time(nbytes: float, world_size: int, latency: float, bandwidth: float) -> float:
+    """Chapter 6's hub all-reduce: ``2(W-1)(latency + nbytes/bandwidth)``.
+
+    Rank 0 receives the whole tensor from each of the other W - 1 ranks, one
+    after the other, then sends the sum back to each of them: 2(W-1) transfers
+    of ``nbytes``, all through rank 0's link. Compare :func:`collective_time`
+    for the ring, ``2(W-1)·latency + 2(W-1)/W·nbytes/bandwidth``: the same
+    number of latencies, but the bandwidth term barely grows with W.
+    """
+    _check_world_size(world_size)
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    return 2 * (world_size - 1) * transfer_time(nbytes, latency, bandwidth)
+
+
+def bucket_schedule(gradient_bytes: float, bucket_bytes: float, backward_seconds: float,
+                    world_size: int, latency: float, bandwidth: float) -> list[tuple[float, float, float]]:
+    """Chapter 8's bucket model: when each bucket is ready, starts and ends its all-reduce.
+
+    The gradients (``gradient_bytes`` in all) are cut into
+    ``n = ceil(gradient_bytes / bucket_bytes)`` equal buckets. The backward
+    pass (``backward_seconds``) produces them at an even pace, so bucket i
+    (from 1) is ready at ``i/n`` of the backward pass. Each bucket is one ring
+    all-reduce (:func:`collective_time`), and the all-reduces run one after
+    the other, each starting when its bucket is ready and the previous one
+    is done, as DDP launches them in order. Returns ``(ready, start, end)``
+    per bucket, in seconds from the start of the backward pass.
+    """
+    if not gradient_bytes > 0 or not bucket_bytes > 0:
+        raise ValueError(f"gradient_bytes and bucket_bytes must be > 0, got {gradient_bytes!r} "
+                         f"and {bucket_bytes!r}")
+    if backward_seconds < 0:
+        raise ValueError(f"backward_seconds must be >= 0, got {backward_seconds!r}")
+    buckets = math.ceil(gradient_bytes / bucket_bytes)
+    each = collective_time("all_reduce", gradient_bytes / buckets, world_size, latency, bandwidth)
+    schedule, previous_end = [], 0.0
+    for i in range(1, buckets + 1):
+        ready = backward_seconds * i / buckets
+        start = max(ready, previous_end)
+        previous_end = start + each
+        schedule.append((ready, start, previous_end))
+    return schedule
+
+
+def bucketed_backward_time(gradient_bytes: float, bucket_bytes: float, backward_seconds: float,
+                           world_size: int, latency: float, bandwidth: float) -> float:
+    """Seconds until the last bucket's all-reduce ends (:func:`bucket_schedule`).
+
+    In closed form, with n buckets and c the time of one bucket's all-reduce,
+    ``max(T_b + c, T_b/n + n·c)``: either the computation is the bottleneck
+    and only the last bucket's all-reduce is left after it, or the network
+    is, and it runs the n all-reduces back to back from the moment the first
+    bucket is ready. Small buckets shorten the tail c but pay the latency n
+    times.
+    """
+    return bucket_schedule(gradient_bytes, bucket_bytes, backward_seconds, world_size, latency,
+                           bandwidth)[-1][2]

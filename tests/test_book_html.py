@@ -3,7 +3,10 @@
 A page passes when the browser console stays clean, nothing is fetched from
 outside 127.0.0.1, no Python traceback is shown (except in cells tagged
 ``raises-exception``), formulas are typeset, and animations and widgets render
-and respond.  Screenshots of every page go to ``_build/screenshots/``.
+and respond.  The book's own controls (ddp_lab/widgets) are moved one by one
+and must show Python's answer for each new setting (tests/widget_pages.py).
+Screenshots of every page go to ``_build/screenshots/``, and of two states of
+each control to ``_build/screenshots/controls/``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+
+from widget_pages import exercise_controls
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
@@ -233,9 +238,10 @@ def check_animations(page, problems):
 
 def check_widgets(page, problems):
     try:
-        page.wait_for_selector(".jupyter-widgets", timeout=15_000)
+        # ipywidgets' controls carry .jupyter-widgets; the book's own (anywidgets) .ddp-control
+        page.wait_for_selector(".jupyter-widgets, .ddp-control", timeout=15_000)
     except Exception:
-        problems.append("the notebook has widgets but none rendered (.jupyter-widgets)")
+        problems.append("the notebook has widgets but none rendered (.jupyter-widgets, .ddp-control)")
         return
     views = page.locator("script[type='application/vnd.jupyter.widget-view+json']").count()
     rendered = page.locator(".widget-subarea").count()
@@ -294,6 +300,9 @@ def test_page_in_browser(name, site, browser):
             check_widgets(page, problems)
         if has_animation(outputs):
             check_animations(page, problems)
+        if page.locator(".ddp-control-output").count():
+            (SCREENSHOTS / "controls").mkdir(parents=True, exist_ok=True)
+            problems.extend(exercise_controls(page, SCREENSHOTS / "controls", name.replace("/", "--")))
 
         page.wait_for_load_state("networkidle")  # anything the clicks loaded
         # back to the top, nothing focused, so the sticky header sits where a reader sees it

@@ -55,6 +55,8 @@ NPM_FILES = [
     "@jupyter-widgets/html-manager/dist/*.woff2",
     "@jupyter-widgets/html-manager/dist/*.woff",
     "@jupyter-widgets/html-manager/dist/*.ttf",
+    # the front-end of anywidget, which the book's controls (ddp_lab/widgets) use
+    "anywidget/dist/index.js",
     # MathJax's combined component, and what it loads on demand: TeX
     # extensions, CHTML fonts, the context menu and its accessibility tools
     "mathjax/es5/tex-mml-chtml.js",

@@ -10,6 +10,11 @@ var require = {
   paths: {
     "@jupyter-widgets": "@jupyter-widgets/html-manager/dist",
     "@jupyter-widgets/html-manager/dist": "@jupyter-widgets/html-manager/dist",
+    /* The book's controls (ddp_lab/widgets) are anywidgets: the embed manager asks
+       RequireJS for the module "anywidget", whose AMD build is anywidget/dist/index.js
+       (it defines AnyModel and AnyView on top of @jupyter-widgets/base, which
+       embed-amd.js provides). Found here, it is never fetched from a CDN. */
+    "anywidget": "anywidget/dist/index",
   },
 };
 

@@ -1,0 +1,94 @@
+"""Chapter 6's cost model, to play with: ring against naive all-reduce as the
+number of ranks W, the message size n, the latency α and the bandwidth β change.
+
+Both algorithms take 2(W-1) steps and pay the latency in each; the naive one
+(rank 0 as a hub) also pushes 2(W-1) whole tensors through one link, the ring
+only 2(W-1)/W of one per rank. The control draws both times against W (log
+scales) with the shared latency term, marks the current W, and splits each
+time at that W into its latency and bandwidth terms. Formulas:
+:func:`ddp_lab.cost.naive_all_reduce_time` and
+:func:`ddp_lab.cost.collective_time` (``"all_reduce"``), checked against the
+JavaScript by ``tests/test_widgets_js.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import traitlets
+
+from ddp_lab.cost import collective_time, naive_all_reduce_time
+from ddp_lab.units import format_bytes
+
+from .control import Control, figure_html, javascript
+
+__all__ = ["AllReduceCost", "all_reduce_times", "format_seconds"]
+
+MAX_WORLD_SIZE = 64
+MESSAGE_SIZES = tuple(2 ** k for k in range(10, 31))  # 1 KiB to 1 GiB
+COLOURS = {"ring": "#0072B2", "naive": "#D55E00"}
+
+
+def format_seconds(seconds: float) -> str:
+    """``1.23e-05 -> '12.3 µs'``: three significant digits in µs, ms or s."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s"
+
+
+def all_reduce_times(nbytes: float, world_size: int, latency: float, bandwidth: float) -> dict:
+    """Python's answer for one setting: each algorithm's latency and bandwidth
+    terms and total, from ddp_lab.cost (a term is the time with the other
+    parameter made free: no latency, or infinite bandwidth)."""
+    times = {}
+    for name, model in (("ring", lambda a, b: collective_time("all_reduce", nbytes, world_size, a, b)),
+                        ("naive", lambda a, b: naive_all_reduce_time(nbytes, world_size, a, b))):
+        times[name] = {"latency": model(latency, math.inf), "bandwidth": model(0.0, bandwidth),
+                       "total": model(latency, bandwidth)}
+    return times
+
+
+class AllReduceCost(Control):
+    """Ring vs naive all-reduce time, Chapter 6 (``book/part2_communication/06_ring_allreduce``)."""
+
+    world_size = traitlets.Int(8, min=2, max=MAX_WORLD_SIZE).tag(sync=True)
+    message_bytes = traitlets.Float(float(64 * 2 ** 20), min=MESSAGE_SIZES[0], max=MESSAGE_SIZES[-1]).tag(sync=True)
+    latency = traitlets.Float(10e-6, min=1e-6, max=1e-3).tag(sync=True)        # seconds
+    bandwidth = traitlets.Float(10e9, min=1e8, max=1e11).tag(sync=True)        # bytes per second
+
+    _esm = javascript("allreduce_cost.js", {
+        "max_world_size": MAX_WORLD_SIZE,
+        "message_sizes": list(MESSAGE_SIZES),
+        "colours": COLOURS,
+    })
+
+    @property
+    def times(self) -> dict:
+        """Python's answer for the setting on screen (see :func:`all_reduce_times`)."""
+        return all_reduce_times(self.message_bytes, self.world_size, self.latency, self.bandwidth)
+
+    def static_html(self) -> str:
+        import matplotlib.pyplot as plt
+
+        worlds = list(range(2, MAX_WORLD_SIZE + 1))
+        series = [all_reduce_times(self.message_bytes, w, self.latency, self.bandwidth) for w in worlds]
+        fig, ax = plt.subplots(figsize=(5.6, 3.4))
+        plt.close(fig)
+        for name in ("naive", "ring"):
+            ax.plot(worlds, [t[name]["total"] for t in series], color=COLOURS[name], linewidth=2, label=name)
+        ax.plot(worlds, [t["ring"]["latency"] for t in series], "--", color="#777", label="latency term")
+        now = self.times
+        for name in ("naive", "ring"):
+            ax.plot([self.world_size], [now[name]["total"]], "o", color=COLOURS[name])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("world size W (ranks)")
+        ax.set_ylabel("all-reduce time (s)")
+        ax.grid(color="0.9", which="both")
+        ax.legend(frameon=False)
+        title = (f"W = {self.world_size}, n = {format_bytes(self.message_bytes)}, "
+                 f"α = {format_seconds(self.latency)}, β = {self.bandwidth / 1e9:.3g} GB/s: "
+                 f"ring {format_seconds(now['ring']['total'])}, naive {format_seconds(now['naive']['total'])}")
+        return f"<p>{title}</p>" + figure_html(fig, alt=title)

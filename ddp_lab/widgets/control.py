@@ -1,0 +1,88 @@
+"""What every interactive control of the book shares: its JavaScript, its
+static picture, and how it shows up in a notebook and in the built book.
+
+A control is an `anywidget <https://anywidget.dev>`_ widget: a Python object
+whose traits (the slider positions) are synced with a JavaScript module that
+draws it. The module is plain text shipped with the widget (``_esm``), so the
+same control runs in JupyterLab, in Colab and in the static HTML of the book,
+where nbclient saved the widget's state and the ipywidgets embed manager
+plays it back without a kernel. Everything the module needs is in it:
+``js/common.js`` (elements, sliders, number formatting), the control's own
+``js/<name>.js``, and before both a ``const PY = {...}`` of constants taken
+from Python (palette, choices, bytes per parameter), so that the page and the
+Python package cannot drift apart on them. The formulas themselves are
+written again in JavaScript; ``tests/test_widgets_js.py`` evaluates them in
+Chromium on a grid of inputs and compares every answer with Python's.
+
+Each control also has a **static picture** of its default state: the
+``text/html`` of its output holds the widget's view tag followed by that
+picture (a PNG drawn by ``ddp_lab.draw`` and the numbers as an HTML table).
+The book's build prefers ``text/html`` for such outputs
+(``nb_mime_priority_overrides`` in ``_config.yml``), so a reader without
+JavaScript, or a search engine, sees the default state, and the embed
+manager renders the live control in place of the tag; the control's CSS then
+hides the picture. JupyterLab and Colab prefer the widget view and never
+show the picture.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from importlib import resources
+
+import anywidget
+
+__all__ = ["Control", "javascript", "figure_html"]
+
+VIEW_MIMETYPE = "application/vnd.jupyter.widget-view+json"
+
+
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath("js", name).read_text(encoding="utf-8")
+
+
+def javascript(name: str, constants: dict) -> str:
+    """The ES module of a control: Python's constants, common.js, then ``js/<name>``."""
+    return "\n".join([
+        f"// constants exported from Python by ddp_lab.widgets.control.javascript\nconst PY = {json.dumps(constants)};",
+        _read("common.js"),
+        _read(name),
+    ])
+
+
+def figure_html(figure, *, alt: str, dpi: int = 80) -> str:
+    """A matplotlib figure as an ``<img>`` (PNG, embedded), for static pictures."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return (f'<img class="ddp-static-figure" alt="{html.escape(alt)}" '
+            f'src="data:image/png;base64,{data}">')
+
+
+class Control(anywidget.AnyWidget):
+    """Base class of the book's controls (see the module docstring).
+
+    A subclass sets ``_esm = javascript("<name>.js", constants)`` and
+    implements :meth:`static_html`, the picture of its current state.
+    """
+
+    _css = _read("controls.css")
+
+    def static_html(self) -> str:  # pragma: no cover - every control defines it
+        raise NotImplementedError
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget view, as every widget has, plus ``text/html``: the view tag
+        the embed manager renders, then the static picture."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        view = json.dumps({"version_major": 2, "version_minor": 0, "model_id": self.model_id})
+        data["text/html"] = (
+            f'<div class="ddp-control-output">'
+            f'<script type="{VIEW_MIMETYPE}">{view}</script>'
+            f'<div class="ddp-control-static">{self.static_html()}</div></div>'
+        )
+        return data, metadata

@@ -1,0 +1,95 @@
+"""The book's controls (ddp_lab/widgets) on the Python side: what a kernel
+sees when the reader moves them in JupyterLab or Colab, what the book's page
+gets, and how bad settings are refused. Their JavaScript is tested in
+Chromium by tests/test_widgets_js.py."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import traitlets
+
+from ddp_lab.cost import bucket_schedule, collective_time, naive_all_reduce_time
+from ddp_lab.memory import STAGES, memory_per_rank
+from ddp_lab.topology import Topology
+from ddp_lab.widgets import AllReduceCost, BucketTradeoff, LayoutExplorer, MemoryCalculator
+from ddp_lab.widgets.memory import _constants
+
+CONTROLS = (LayoutExplorer, MemoryCalculator, AllReduceCost, BucketTradeoff)
+
+
+@pytest.mark.parametrize("cls", CONTROLS)
+def test_output_carries_the_view_and_a_static_picture(cls):
+    control = cls()
+    data, _ = control._repr_mimebundle_()
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == control.model_id
+    page = data["text/html"]
+    tag = re.search(r'<script type="application/vnd.jupyter.widget-view\+json">(.*?)</script>', page)
+    assert json.loads(tag[1])["model_id"] == control.model_id          # the embed manager renders it here
+    static = page[tag.end():]
+    assert 'class="ddp-control-static"' in static and "data:image/png;base64," in static
+    # the module loads nothing: no import, no URL but the SVG namespace's name
+    urls = set(re.findall(r"https?://[^\s\"'`)]+", control._esm))
+    assert urls == {"http://www.w3.org/2000/svg"} and not re.search(r"\bimport\s*[({'\"]|\bfetch\(", control._esm)
+
+
+def test_the_python_object_follows_the_controls():
+    """What a kernel receives when the reader moves a control is a state update;
+    the Python answers follow it."""
+    explorer = LayoutExplorer()
+    explorer.set_state({"nodes": 3, "gpus_per_node": 6, "gpus_per_process": 2})
+    assert explorer.topology == Topology(3, 6, 2) and explorer.error is None
+    explorer.set_state({"gpus_per_process": 4})
+    assert explorer.topology is None
+    with pytest.raises(ValueError) as refusal:
+        Topology(3, 6, 4)
+    assert explorer.error == str(refusal.value)
+
+    calculator = MemoryCalculator(num_parameters=1.5e9, world_size=8)
+    assert [row.total for row in calculator.rows] == [24e9, 8.25e9, 5.625e9, 3e9]
+    calculator.set_state({"stage": "ZeRO-3", "precision": "fp32"})
+    assert calculator.rows == [memory_per_rank(1.5e9, 8, "ZeRO-3", precision="fp32")]
+
+    cost = AllReduceCost()
+    cost.set_state({"world_size": 16})
+    assert cost.times["ring"]["total"] == collective_time("all_reduce", cost.message_bytes, 16, cost.latency,
+                                                          cost.bandwidth)
+    assert cost.times["naive"]["total"] == naive_all_reduce_time(cost.message_bytes, 16, cost.latency, cost.bandwidth)
+
+    buckets = BucketTradeoff()
+    buckets.set_state({"bucket_bytes": 2.0 ** 20})
+    assert len(buckets.schedule) == 400
+    assert buckets.schedule == bucket_schedule(400 * 2 ** 20, 2 ** 20, 0.1, 8, 50e-6, 10e9)
+
+
+def test_memory_constants_come_from_ddp_lab_memory():
+    constants = _constants()
+    assert constants["bytes_per_parameter"]["mixed"]["adam"] == [2, 2, 12]
+    # what each stage shards, read from memory_per_rank: ZeRO-k shards k states
+    assert [sum(constants["sharded"][stage]) for stage in STAGES] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("cls, settings, named", [
+    (LayoutExplorer, {"nodes": 5}, "nodes"),
+    (LayoutExplorer, {"gpus_per_node": 0}, "gpus_per_node"),
+    (MemoryCalculator, {"world_size": 48}, "world_size"),
+    (MemoryCalculator, {"precision": "fp8"}, "precision"),
+    (AllReduceCost, {"world_size": 1}, "world_size"),
+    (BucketTradeoff, {"bucket_bytes": 10.0}, "bucket_bytes"),
+])
+def test_bad_settings_are_refused_naming_the_setting(cls, settings, named):
+    with pytest.raises(traitlets.TraitError, match=named):
+        cls(**settings)
+
+
+def test_bucket_schedule_closed_form():
+    """The schedule's end is max(T_b + c, T_b/n + n c), Chapter 8's formula."""
+    for gradient, bucket, backward in [(400e6, 25e6, 0.1), (400e6, 1e6, 0.1), (1e9, 1e9, 0.01), (64e6, 3e6, 0.5)]:
+        schedule = bucket_schedule(gradient, bucket, backward, 8, 5e-5, 1e10)
+        n = len(schedule)
+        c = collective_time("all_reduce", gradient / n, 8, 5e-5, 1e10)
+        assert schedule[-1][2] == pytest.approx(max(backward + c, backward / n + n * c), rel=1e-12)
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        bucket_schedule(1e6, 0, 0.1, 8, 1e-5, 1e9)
