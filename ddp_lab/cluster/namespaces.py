@@ -224,9 +224,11 @@ class Cluster:
         if self.delay_ms:
             # Half the delay on each end: node -> switch -> node crosses two.
             return ["netem", "delay", f"{self.delay_ms / 2:g}ms", "rate", rate, "limit", "10000"]
-        # The bucket holds 1 ms of traffic (at least 64 KiB): tbf needs at least
-        # one packet's worth, and a small bucket keeps the rate smooth.
-        burst = max(64 * 1024, int(self.rate_mbit * 1e6 / 8 / 1000), 2 * self.mtu)
+        # The bucket: what may leave at once, above the rate. At least two
+        # packets (tbf drops a packet larger than its bucket), else 100 us of
+        # traffic; a larger bucket lets the first bytes of every message
+        # through at memory speed and the link looks faster than its rate.
+        burst = max(2 * (self.mtu + 14), int(self.rate_mbit * 1e6 / 8 * 100e-6))
         return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
 
     def qdiscs(self) -> dict[str, str]:
