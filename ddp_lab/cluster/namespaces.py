@@ -149,9 +149,9 @@ class Cluster:
             raise ClusterError("cannot build a cluster of network namespaces here; missing: "
                                + "; ".join(missing))
         remove_stale()
+        _live.add(self)
+        _install_stop_handlers()
         with _signals_held():
-            _live.add(self)
-            _install_stop_handlers()
             try:
                 self._build()
             except BaseException:
@@ -181,12 +181,11 @@ class Cluster:
     def stop(self):
         """Kill what runs in the namespaces, delete them (their links and ``tc`` go with them)."""
         with _signals_held():
-            names = [node.namespace for node in self.nodes] + [self.switch]
-            _remove(names)
-            self.running = False
-            _live.discard(self)
-            if not _live:
-                _restore_stop_handlers()
+            _remove([node.namespace for node in self.nodes] + [self.switch])
+        self.running = False
+        _live.discard(self)
+        if not _live:
+            _restore_stop_handlers()
 
     def __enter__(self):
         return self.start()
@@ -412,8 +411,8 @@ def _stop_all():
 
 def _on_stop_signal(signum, frame):
     """SIGTERM or SIGHUP: remove every cluster, then let the signal do what it did before."""
-    _stop_all()
     previous = _previous_handlers.get(signum, signal.SIG_DFL)
+    _stop_all()
     _restore_stop_handlers()
     if callable(previous):
         previous(signum, frame)
