@@ -62,11 +62,11 @@ LINKS = {
     "infiniband_hdr": Link("InfiniBand HDR 200 Gb/s", 25e9, _NET_LAT, "between nodes",
                            "NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port"),
     "ethernet100": Link("Ethernet 100 Gb/s", 12.5e9, _NET_LAT, "between nodes",
-                        "IEEE 802.3 100GBASE: 100 Gb/s"),
+                        "IEEE 802.3ba: 100 Gb/s Ethernet"),
     "ethernet25": Link("Ethernet 25 Gb/s", 3.125e9, _NET_LAT, "between nodes",
-                       "IEEE 802.3by 25GBASE: 25 Gb/s"),
+                       "IEEE 802.3by: 25 Gb/s Ethernet"),
     "ethernet10": Link("Ethernet 10 Gb/s", 1.25e9, _NET_LAT, "between nodes",
-                       "IEEE 802.3ae 10GBASE: 10 Gb/s"),
+                       "IEEE 802.3ae: 10 Gb/s Ethernet"),
 }
 
 

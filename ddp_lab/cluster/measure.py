@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -106,7 +107,7 @@ DDP_SETTINGS = {
 }
 
 
-def ddp_step_times(widths=(512, 1024, 1024, 512, 10), batch=32, steps=4, settings=None):
+def ddp_step_times(widths=(256, 512, 512, 10), batch=32, steps=2, settings=None):
     """Seconds per micro-batch of DDP training, per setting; plus the compute alone.
 
     Returns ``{"parameters": P, "gradient_bytes": 4P, "compute": [s, ...],
@@ -154,3 +155,157 @@ def _from_rank0(value):
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+# -- Chapter 12's experiments, live or stored -----------------------------------------------
+
+KiB, MiB = 1024, 1024 * 1024
+# What Chapter 12 measures: one entry per experiment, (link rate in Mbit/s,
+# function, keyword arguments). A stored run (``python -m
+# ddp_lab.cluster.measure --out FILE``) and the chapter's live cells run the
+# same entries, so the two are the same experiment.
+CHAPTER = {
+    "link": (1000, link_times, {"sizes": [4 * KiB, 64 * KiB, 512 * KiB, 2 * MiB, 8 * MiB],
+                                "ranks_per_node": 2, "repeats": 5}),
+    "hierarchical": (200, flat_vs_hierarchical, {"sizes": [16 * KiB, 256 * KiB, 4 * MiB],
+                                                 "ranks_per_node": 2, "repeats": 3}),
+    "ddp_250": (250, ddp_step_times, {"widths": (256, 512, 512, 10), "batch": 32, "steps": 2}),
+    "ddp_1000": (1000, ddp_step_times, {"widths": (256, 512, 512, 10), "batch": 32, "steps": 2}),
+}
+NODES, RANKS_PER_NODE = 2, 2
+TORCHRUN_ARGS = ["--print-ranks", "--epochs", "1", "--samples", "256", "--snapshot", "two_nodes.pt"]
+
+
+def interfaces_seen():
+    """Inside a rank: its interfaces and their IPv4 addresses."""
+    import socket
+
+    import psutil
+
+    return {name: [a.address for a in found if a.family == socket.AF_INET]
+            for name, found in psutil.net_if_addrs().items()}
+
+
+def interface_choices(cluster):
+    """What each rank sees with ``GLOO_SOCKET_IFNAME=eth0``, and what goes wrong with a wrong name or none.
+
+    Returns ``{"eth0": [interfaces per rank], "ib0": error line, "unset": error line}``.
+    """
+    import contextlib
+    import io
+
+    from ..errors import LaunchError
+
+    results = {"eth0": cluster.launch(interfaces_seen, RANKS_PER_NODE, threads=1)}
+    for name, interface in (("ib0", "ib0"), ("unset", None)):
+        with contextlib.redirect_stdout(io.StringIO()):  # gloo's retries, printed by every rank
+            try:
+                cluster.launch(interfaces_seen, RANKS_PER_NODE, interface=interface, threads=1, timeout=60)
+                results[name] = "no error"
+            except LaunchError as error:
+                results[name] = _error_line(error)
+    return results
+
+
+def _error_line(error):
+    """The first line of a launch error, without the ranks' port numbers."""
+    import re
+
+    line = str(error).splitlines()[0]
+    line = re.sub(r"^rank \d+ raised ", "", line)          # which rank fails first varies
+    line = re.sub(r" \(ranks [\d, ]+ failed too\)$", "", line)
+    line = re.sub(r"\[enforce fail at [^\]]*\] ", "", line)
+    return re.sub(r"\]:\d+(\$\d+)?", "]:<port>", line)
+
+
+def torchrun_run(cluster, script, args):
+    """One torchrun agent per node: the commands (as typed), exit codes and the rank table."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as workdir:  # the snapshot goes there, and away
+        agents = cluster.torchrun(script, args, nproc_per_node=RANKS_PER_NODE, cwd=workdir, timeout=120)
+    commands = []
+    for node, agent in zip(cluster.nodes, agents):
+        words = list(agent.command[4:])  # after `ip netns exec NAME`
+        words[:3] = ["torchrun"]         # python -m torch.distributed.run
+        commands.append(f"ip netns exec <node {node.index}> " + " ".join(words))
+    table = sorted((row for agent in agents for row in agent.rank_table()), key=lambda row: int(row["RANK"]))
+    lines = [line for agent in agents for line in agent.rank_lines() if "epoch" in line or "done" in line]
+    return {"commands": commands, "returncodes": [agent.returncode for agent in agents],
+            "table": table, "training": lines, "tail": [agent.tail(10) for agent in agents]}
+
+
+def run_experiment(cluster, name):
+    """Run one of :data:`CHAPTER`'s experiments on ``cluster`` (its link set first)."""
+    if name not in CHAPTER:
+        raise ValueError(f"unknown experiment {name!r}; expected one of {', '.join(CHAPTER)}")
+    rate, function, kwargs = CHAPTER[name]
+    cluster.set_link(rate_mbit=rate)
+    result = cluster.launch(function, RANKS_PER_NODE, kwargs=kwargs, threads=1, timeout=120)[0]
+    return _json_keys(result)
+
+
+def record(path):
+    """Run every experiment on a fresh 2 x 2 cluster and write them, with the machine, to ``path``."""
+    import datetime
+    import json
+    import platform
+
+    from .namespaces import Cluster
+
+    results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "machine": _machine(), "torch": torch.__version__, "kernel": platform.release(),
+               "nodes": NODES, "ranks_per_node": RANKS_PER_NODE, "experiments": {}}
+    with Cluster(NODES) as cluster:
+        from ..torchrun import book_script
+
+        results["experiments"]["torchrun"] = torchrun_run(cluster, book_script("train.py"), TORCHRUN_ARGS)
+        results["experiments"]["interfaces"] = interface_choices(cluster)
+        for name in CHAPTER:
+            results["experiments"][name] = run_experiment(cluster, name)
+    with open(path, "w") as file:
+        json.dump(results, file, indent=1)
+    return results
+
+
+def _machine():
+    import os
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def _json_keys(value):
+    """Sizes as dictionary keys become strings in JSON: make live results look the same."""
+    if isinstance(value, dict):
+        return {str(key): _json_keys(item) for key, item in value.items()}
+    return value
+
+
+STORED = Path(__file__).resolve().parents[2] / "book" / "part4_running" / "cluster_results" / "namespace_cluster.json"
+
+
+def stored_results(path=STORED):
+    """The committed run of :func:`record` (Chapter 12 shows it where the cluster cannot be built)."""
+    import json
+
+    try:
+        with open(path) as file:
+            return json.load(file)
+    except FileNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Run Chapter 12's measurements on a namespace cluster "
+                                     "(needs root) and store them as JSON.")
+    parser.add_argument("--out", required=True, help="the JSON file to write")
+    print(record(parser.parse_args().out)["date"])
