@@ -242,6 +242,12 @@ def torchrun_run(cluster, script, args):
             "table": table, "training": lines, "tail": [agent.tail(10) for agent in agents]}
 
 
+def describe(cluster):
+    """One line per node: its namespace, interface, address and the qdisc shaping its link."""
+    return [f"node {node.index}: namespace {node.namespace}, {node.interface} {node.address}, "
+            f"link: {cluster.qdiscs()[node.namespace]}" for node in cluster.nodes]
+
+
 def run_experiment(cluster, name):
     """Run one of :data:`CHAPTER`'s experiments on ``cluster`` (its link set first)."""
     if name not in CHAPTER:
@@ -263,7 +269,8 @@ def record(path):
     results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "machine": _machine(), "torch": torch.__version__, "kernel": platform.release(),
                "nodes": NODES, "ranks_per_node": RANKS_PER_NODE, "experiments": {}}
-    with Cluster(NODES) as cluster:
+    with Cluster(NODES, rate_mbit=CHAPTER["link"][0]) as cluster:
+        results["cluster"] = describe(cluster)
         from ..torchrun import book_script
 
         results["experiments"]["torchrun"] = torchrun_run(cluster, book_script("train.py"), TORCHRUN_ARGS)
