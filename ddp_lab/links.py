@@ -24,21 +24,45 @@ __all__ = ["Link", "LINKS", "allreduce_seconds"]
 
 @dataclass(frozen=True)
 class Link:
-    """A kind of link: a name, its bandwidth (bytes/s, one direction) and latency (s)."""
+    """A kind of link: its name, where it is, its bandwidth and latency, and the source.
+
+    ``bandwidth`` in bytes/s, one direction, per GPU (NVLink, PCIe) or per
+    network card; ``latency`` in seconds per step of a ring collective.
+    """
 
     name: str
     bandwidth: float
     latency: float
+    where: str = ""
+    source: str = ""
 
 
-# Typical figures, one direction, per GPU (NVLink, PCIe) or per node (NICs);
-# orders of magnitude to reason with, not measurements of any machine.
+# The book's one table of link speeds: Chapter 1 teaches it, Chapters 12 and
+# the scaling model use it. Bandwidths are the vendors' rated figures, one
+# direction (vendors quote NVLink and PCIe for both directions together:
+# halved here). Real transfers reach somewhat less. Latencies are the
+# per-step latency NCCL's own tuning model charges a ring step with its
+# Simple protocol (hwLat in NVIDIA/nccl src/graph/tuning.cc: 3.4 us over
+# NVLink, 5.7 us over PCIe, 9.6 us over the network), orders of magnitude
+# to reason with; gloo over TCP is slower still.
+_NVLINK_LAT, _PCIE_LAT, _NET_LAT = 3.4e-6, 5.7e-6, 9.6e-6
 LINKS = {
-    "nvlink": Link("NVLink 4 (H100)", 450e9, 2e-6),
-    "pcie": Link("PCIe 4.0 x16", 25e9, 5e-6),
-    "infiniband": Link("InfiniBand NDR, 400 Gb/s", 50e9, 5e-6),
-    "ethernet100": Link("Ethernet 100 Gb/s", 12.5e9, 20e-6),
-    "ethernet10": Link("Ethernet 10 Gb/s", 1.25e9, 50e-6),
+    "nvlink": Link("NVLink 4 (H100 SXM)", 450e9, _NVLINK_LAT, "inside a node",
+                   "NVIDIA H100 Tensor Core GPU datasheet: NVLink 900 GB/s (both directions)"),
+    "nvlink3": Link("NVLink 3 (A100 SXM)", 300e9, _NVLINK_LAT, "inside a node",
+                    "NVIDIA A100 Tensor Core GPU datasheet: NVLink 600 GB/s (both directions)"),
+    "pcie": Link("PCIe 4.0 x16", 32e9, _PCIE_LAT, "inside a node",
+                 "PCI-SIG, PCIe 4.0: 16 GT/s per lane, 64 GB/s for x16 (both directions)"),
+    "infiniband": Link("InfiniBand NDR 400 Gb/s", 50e9, _NET_LAT, "between nodes",
+                       "NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port"),
+    "infiniband_hdr": Link("InfiniBand HDR 200 Gb/s", 25e9, _NET_LAT, "between nodes",
+                           "NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port"),
+    "ethernet100": Link("Ethernet 100 Gb/s", 12.5e9, _NET_LAT, "between nodes",
+                        "IEEE 802.3ba: 100 Gb/s Ethernet"),
+    "ethernet25": Link("Ethernet 25 Gb/s", 3.125e9, _NET_LAT, "between nodes",
+                       "IEEE 802.3by: 25 Gb/s Ethernet"),
+    "ethernet10": Link("Ethernet 10 Gb/s", 1.25e9, _NET_LAT, "between nodes",
+                       "IEEE 802.3ae: 10 Gb/s Ethernet"),
 }
 
 

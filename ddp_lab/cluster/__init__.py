@@ -4,5 +4,8 @@
 - ``scripts``: the book's scripts (``labs/scripts/``), found or downloaded (Chapters 11 to 14);
 - ``network``: interfaces and the sockets of a rank (Chapter 12; what links cost is ``ddp_lab.links``);
 - ``slurm``: Slurm's variables translated into torchrun's (Chapter 13; no torch imported);
-- ``slurm_sandbox``: an sbatch script and srun's tasks run here, without Slurm (Chapter 13).
+- ``slurm_sandbox``: an sbatch script and srun's tasks run here, without Slurm (Chapter 13);
+- ``namespaces``: a cluster on this one Linux machine, each node a network namespace
+  with its own interface and address, joined by a link whose speed ``tc`` sets (Chapter 12);
+- ``measure``: Chapter 12's experiments on that cluster, and the stored run.
 """

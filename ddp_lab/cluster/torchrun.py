@@ -132,14 +132,17 @@ def free_port() -> int:
 
 
 def torchrun_command(script, args=(), *, nproc_per_node=2, max_restarts=0, nnodes=1,
-                     node_rank=None, rdzv_endpoint=None, rdzv_id=None, extra=()):
+                     node_rank=None, rdzv_endpoint=None, rdzv_id=None, local_addr="127.0.0.1",
+                     extra=()):
     """The command line of one torchrun agent, as a list of words.
 
     With ``nnodes=1`` and no ``rdzv_endpoint`` the agent runs ``--standalone``:
     it hosts its own rendezvous on a free port. Otherwise it joins the c10d
     rendezvous at ``rdzv_endpoint`` (``host:port``) with ``rdzv_id`` (the
-    same on every node) and announces itself as ``127.0.0.1``
-    (``--local-addr``), so the workers' ``MASTER_ADDR`` is loopback too.
+    same on every node) and announces itself as ``local_addr``
+    (``--local-addr``; ``127.0.0.1`` by default, so the workers'
+    ``MASTER_ADDR`` is loopback too; a node of
+    :class:`ddp_lab.cluster.namespaces.Cluster` gives its own address).
     """
     check_positive_int("nproc_per_node", nproc_per_node)
     check_positive_int("nnodes", nnodes)
@@ -154,7 +157,7 @@ def torchrun_command(script, args=(), *, nproc_per_node=2, max_restarts=0, nnode
         if node_rank is not None:
             words += ["--node_rank", str(node_rank)]
         words += ["--rdzv_backend", "c10d", "--rdzv_endpoint", rdzv_endpoint,
-                  "--rdzv_id", str(rdzv_id), "--local-addr", "127.0.0.1"]
+                  "--rdzv_id", str(rdzv_id), "--local-addr", str(local_addr)]
     words += ["--nproc_per_node", str(nproc_per_node)]
     if max_restarts:
         words += ["--max-restarts", str(max_restarts)]

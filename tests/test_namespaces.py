@@ -1,0 +1,201 @@
+"""The namespace cluster of Chapter 12: real namespaces, a real shaped link, nothing left behind.
+
+Everything but the argument checks needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN)
+and iproute2; without them those tests are skipped with the reason.
+"""
+
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp_lab.cluster import namespaces
+from ddp_lab.cluster.namespaces import ADDRESS_RANGE, Cluster, ClusterError
+
+MISSING = namespaces.missing_requirements()
+needs_root = pytest.mark.skipif(bool(MISSING), reason=f"needs root and iproute2: {MISSING}")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def host_links():
+    return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+
+def link_names(listing):
+    return sorted(line.split(":")[1].strip().split("@")[0] for line in listing.splitlines())
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"nodes": 1}, "nodes must be an int from 2 to 16, got 1"),
+    ({"rate_mbit": 0}, "rate_mbit must be a number of Mbit/s from 1 to 100000, got 0"),
+    ({"delay_ms": -1}, "delay_ms must be a number of milliseconds from 0 to 1000, got -1"),
+    ({"mtu": 100}, "mtu must be an int from 1280 to 65535, got 100"),
+    ({"subnet": "10.0.0.0/24"}, "subnet '10.0.0.0/24' is outside 198.18.0.0/15"),
+    ({"subnet": "192.168.1.0/24"}, "subnet '192.168.1.0/24' is outside 198.18.0.0/15"),
+    ({"subnet": "198.18.0.0/30", "nodes": 3}, "has 2 host addresses for 3 nodes"),
+    ({"subnet": "not a net"}, "subnet must be an IPv4 network"),
+])
+def test_bad_arguments_are_named_before_anything_is_built(kwargs, message):
+    before = namespaces.namespaces()
+    with pytest.raises(ValueError) as error:
+        Cluster(**kwargs)
+    assert message in str(error.value)
+    assert namespaces.namespaces() == before
+
+
+def test_addresses_come_from_the_benchmarking_range_and_names_are_unique():
+    first, second = Cluster(4, subnet="198.19.7.0/24"), Cluster(2)
+    for node in first.nodes + second.nodes:
+        assert ipaddress.ip_address(node.address) in ADDRESS_RANGE
+    assert [node.address for node in first.nodes] == ["198.19.7.1", "198.19.7.2", "198.19.7.3", "198.19.7.4"]
+    assert first.name != second.name and first.name.startswith(f"ddplab-{os.getpid()}-")
+
+
+def test_a_stopped_cluster_refuses_work():
+    with pytest.raises(ClusterError, match="is not running"):
+        Cluster(2).launch(print, 1)
+
+
+def where_am_i():
+    import socket
+
+    import psutil
+
+    total = torch.tensor([float(dist.get_rank())])
+    dist.all_reduce(total)
+    addresses = {name: [a.address for a in found if a.family == socket.AF_INET]
+                 for name, found in psutil.net_if_addrs().items()}
+    return total.item(), addresses
+
+
+@needs_root
+def test_ranks_run_in_their_nodes_and_the_nodes_reach_nothing_else():
+    before = host_links()
+    with Cluster(2, rate_mbit=500) as cluster:
+        assert set(namespaces.namespaces()) >= {node.namespace for node in cluster.nodes}
+        results = cluster.launch(where_am_i, 2, threads=1)
+        for node in cluster.nodes:
+            routes = subprocess.run(["ip", "-n", node.namespace, "route"], capture_output=True,
+                                    text=True).stdout
+            assert "default" not in routes  # no way out of the cluster
+            assert routes.split()[0] == "198.18.0.0/24"
+        assert "tbf" in cluster.qdiscs()[cluster.nodes[0].namespace]
+        assert "rate 500Mbit" in cluster.qdiscs()[cluster.nodes[1].namespace]
+    assert [total for total, _ in results] == [6.0] * 4
+    assert [addresses for _, addresses in results] == (
+        [{"lo": ["127.0.0.1"], "eth0": ["198.18.0.1"]}] * 2 + [{"lo": ["127.0.0.1"], "eth0": ["198.18.0.2"]}] * 2)
+    assert link_names(host_links()) == link_names(before)
+
+
+@needs_root
+def test_measured_bandwidth_across_the_link_is_within_20_percent_of_the_tc_setting():
+    from ddp_lab.cluster.measure import link_times
+    from ddp_lab.cost import fit_latency_bandwidth
+
+    sizes = [16 * 1024, 256 * 1024, 2 << 20, 8 << 20]
+    with Cluster(2, rate_mbit=400) as cluster:
+        times = cluster.launch(link_times, 2, args=(sizes, 2, 3), threads=1)[0]["inter"]
+    _, bandwidth = fit_latency_bandwidth(sizes, [min(times[n]) for n in sizes])
+    assert bandwidth == pytest.approx(400e6 / 8, rel=0.2)
+
+
+@needs_root
+def test_a_wrong_interface_name_fails_in_init_process_group():
+    import ddp_lab
+
+    with Cluster(2) as cluster:
+        with pytest.raises(ddp_lab.RankFailed, match="Unable to find address for: ib0"):
+            cluster.launch(where_am_i, 2, interface="ib0", timeout=30, threads=1)
+
+
+@needs_root
+def test_torchrun_agents_meet_across_the_namespaces():
+    with Cluster(2) as cluster:
+        agents = cluster.torchrun(ROOT / "labs" / "scripts" / "train.py", ["--print-ranks", "--epochs", "0"],
+                                  nproc_per_node=2, cwd=ROOT, timeout=120)
+    assert [agent.returncode for agent in agents] == [0, 0], agents[0].tail() + agents[1].tail()
+    table = [row for agent in agents for row in agent.rank_table()]
+    assert sorted((row["RANK"], row["GROUP_RANK"], row["LOCAL_RANK"]) for row in table) == [
+        ("0", "0", "0"), ("1", "0", "1"), ("2", "1", "0"), ("3", "1", "1")]
+    assert "198.18.0.1:29400" in " ".join(agents[1].command)  # node 1 knew only node 0's address
+
+
+@needs_root
+def test_an_exception_in_the_with_block_removes_everything():
+    before = host_links()
+    with pytest.raises(ZeroDivisionError):
+        with Cluster(3) as cluster:
+            names = [node.namespace for node in cluster.nodes] + [cluster.switch]
+            assert set(names) <= set(namespaces.namespaces())
+            1 / 0
+    assert not set(names) & set(namespaces.namespaces())
+    assert link_names(host_links()) == link_names(before)
+
+
+@needs_root
+def test_a_delay_needs_netem_or_says_so():
+    probe = Cluster(2)
+    with probe:  # does this kernel take a netem qdisc?
+        netem = subprocess.run(["tc", "-n", probe.switch, "qdisc", "add", "dev", "br0", "root", "netem",
+                                "delay", "1ms"], capture_output=True).returncode == 0
+    if netem:
+        with Cluster(2, delay_ms=1) as cluster:
+            assert "netem" in cluster.qdiscs()[cluster.nodes[0].namespace]
+    else:
+        before = namespaces.namespaces()
+        with pytest.raises(ClusterError, match="no `netem` queueing discipline"):
+            Cluster(2, delay_ms=1).start()
+        assert namespaces.namespaces() == before
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from ddp_lab.cluster.namespaces import Cluster
+    cluster = Cluster(2).start()
+    print(" ".join([n.namespace for n in cluster.nodes] + [cluster.switch]), flush=True)
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        cluster.stop()
+        raise
+""")
+
+
+def start_child():
+    child = subprocess.Popen([sys.executable, "-c", CHILD.format(root=str(ROOT))], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    names = child.stdout.readline().split()
+    assert len(names) == 3, child.stderr.read()
+    assert set(names) <= set(namespaces.namespaces())
+    return child, names
+
+
+@needs_root
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_to_the_process_removes_its_cluster(signum):
+    before = host_links()
+    child, names = start_child()
+    child.send_signal(signum)
+    assert child.wait(20) != 0  # it still ends, killed by the signal (or by KeyboardInterrupt)
+    assert not set(names) & set(namespaces.namespaces())
+    assert link_names(host_links()) == link_names(before)
+
+
+@needs_root
+def test_a_cluster_of_a_killed_process_is_removed_by_the_next_one():
+    child, names = start_child()
+    child.send_signal(signal.SIGKILL)  # no handler runs: the namespaces stay
+    child.wait(20)
+    assert set(names) <= set(namespaces.namespaces())
+    removed = namespaces.remove_stale()
+    assert set(names) <= set(removed)
+    assert not set(names) & set(namespaces.namespaces())
