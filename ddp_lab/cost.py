@@ -192,7 +192,7 @@ def naive_all_reduce_time(nbytes: float, world_size: int, latency: float, bandwi
     for the ring, ``2(W-1)·latency + 2(W-1)/W·nbytes/bandwidth``: the same
     number of latencies, but the bandwidth term barely grows with W.
     """
-    _check_world_size(world_size)
+    check_positive_int("world_size", world_size)
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
     return 2 * (world_size - 1) * transfer_time(nbytes, latency, bandwidth)

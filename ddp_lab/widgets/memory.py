@@ -82,7 +82,8 @@ class MemoryCalculator(Control):
                                 precision=self.precision, optimizer=self.optimizer) for stage in stages]
 
     def static_html(self) -> str:
-        from ddp_lab.draw.memory import _gb, describe_parameters, draw_memory_per_rank
+        from ddp_lab.draw.memory import describe_parameters, draw_memory_per_rank
+        from ddp_lab.units import format_gb as _gb
 
         rows = self.rows
         b = bytes_per_parameter(self.precision, self.optimizer)
