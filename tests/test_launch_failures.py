@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from conftest import rank_processes, wait_until_no_ranks
+from rank_census import rank_processes, wait_until_no_ranks
 
 
 def test_an_exception_names_the_rank_and_carries_its_traceback():

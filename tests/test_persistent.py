@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ddp_lab
-from conftest import rank_processes
+from rank_census import rank_processes
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 import ddp_lab
 import ddp_lab.launcher.worker_group
-from conftest import rank_processes
+from rank_census import rank_processes
 
 
 @contextlib.contextmanager

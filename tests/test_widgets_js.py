@@ -23,8 +23,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ddp_lab.cost import bucket_schedule, format_bytes
-from ddp_lab.draw.memory import _gb, describe_parameters
+from ddp_lab.cost import bucket_schedule
+from ddp_lab.units import format_bytes
+from ddp_lab.draw.memory import describe_parameters
+from ddp_lab.units import format_gb as _gb
 from ddp_lab.memory import OPTIMIZERS, PRECISIONS, STAGES, memory_per_rank
 from ddp_lab.topology import Topology
 from ddp_lab.widgets.allreduce_cost import MESSAGE_SIZES, AllReduceCost, all_reduce_times, format_seconds

@@ -190,7 +190,7 @@ def compare(name: str, twin, root) -> list[str]:
         if root.locator(".ddp-title").inner_text() != str(topology):
             problems.append(f"title {root.locator('.ddp-title').inner_text()!r} != {str(topology)!r}")
     elif name == "MemoryCalculator":
-        from ddp_lab.draw.memory import _gb
+        from ddp_lab.units import format_gb as _gb
 
         for shown, row in zip(result["rows"], twin.rows, strict=True):
             for state in ("parameters", "gradients", "optimizer", "total"):
