@@ -34,3 +34,19 @@ document.addEventListener("DOMContentLoaded", function () {
     },
   };
 });
+
+/* anywidget 0.11 gives each model 2 seconds to load its module and initialize:
+   its Runtime starts AbortSignal.timeout(2e3) and then rejects the model's
+   `ready` promise with "[anywidget] Failed to initialize model.". Only messages
+   from a kernel await that promise; in the static book nothing does, so on a slow
+   or busy machine the browser reports an unhandled rejection although the control
+   appears moments later (the view renders when the module is ready, whenever that
+   is). A module that really fails is reported separately, by the view. So this one
+   rejection is handled here, and left as a warning in the console. */
+window.addEventListener("unhandledrejection", function (event) {
+  var reason = event.reason;
+  if (reason && reason.message === "[anywidget] Failed to initialize model.") {
+    event.preventDefault();
+    console.warn("anywidget took over 2 s to initialize a control; it renders when ready");
+  }
+});
