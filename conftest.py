@@ -6,12 +6,15 @@ starts inherit them, so the training numbers the notebooks print come out the
 same on any x86-64 machine, whatever its CPU and its number of cores.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "book" / "_ext"))
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
 from reproducible_numerics import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports nothing)
+from recorded_durations import FILE_DURATIONS, longest_first  # noqa: E402  (standard library only)
 
 # Set, not defaulted: an OMP_NUM_THREADS=8 left in the shell would change the
 # float path, and every notebook would differ from its committed outputs.
@@ -22,3 +25,42 @@ os.environ.update(REPRODUCIBLE_NUMERICS)
 # collector), or are scripts, or need Sphinx: they have no examples.
 collect_ignore_glob = ["ddp_lab/launcher/forkserver_preload.py", "ddp_lab/*/__main__.py",
                        "ddp_lab/checks/torchrun_probe.py", "book/_ext/*.py", "labs/scripts/*.py"]
+
+
+# ---------------------------------------------------------------- longest file first
+#
+# pytest-xdist hands each worker whole files (--dist loadfile: a notebook's
+# cells run in order, in one kernel), in the order collected (with
+# --no-loadscope-reorder). Collected longest first, by the seconds each file
+# took last time, no long file starts last and runs alone while the other
+# workers idle (book/_ext/recorded_durations.py). Refresh the figures with
+# `python -m pytest --store-durations`.
+
+
+def pytest_addoption(parser):
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"write each file's seconds to {FILE_DURATIONS.relative_to(ROOT)} "
+                          "(the order in which the next runs start files)")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    files = list(dict.fromkeys(item.path for item in items))
+    rank = {path: i for i, path in enumerate(longest_first(files))}
+    items.sort(key=lambda item: rank[item.path])  # stable: a file's items keep their order
+
+
+_seconds_per_file = {}
+
+
+def pytest_runtest_logreport(report):
+    # On the xdist controller every worker's reports arrive here (setup, call, teardown).
+    path = report.nodeid.split("::")[0]
+    _seconds_per_file[path] = _seconds_per_file.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if not config.getoption("--store-durations") or hasattr(config, "workerinput"):
+        return  # only the controller writes, once every worker has reported
+    FILE_DURATIONS.write_text(json.dumps(
+        {path: round(seconds, 1) for path, seconds in sorted(_seconds_per_file.items())}, indent=1) + "\n")

@@ -11,12 +11,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
 from ddp_lab.draw.layout import (  # noqa: E402
-    _figure_or_error,
     _grid,
     draw_nodes,
     draw_reported_layout,
     draw_topology,
-    layout_explorer,
 )
 from ddp_lab.topology import Topology, divisors  # noqa: E402
 
@@ -267,26 +265,3 @@ def test_report_missing_a_key_is_named():
         draw_reported_layout(reports)
     with pytest.raises(ValueError, match="at least one report"):
         draw_reported_layout([])
-
-
-# ------------------------------------------------------------------ explorer
-
-
-def test_explorer_offers_only_divisors():
-    explorer = layout_explorer()
-    nodes, gpus, per_process = explorer.children[0].children
-    assert (nodes.min, nodes.max, gpus.min, gpus.max) == (1, 4, 1, 8)
-    gpus.value = 6
-    assert per_process.options == (1, 2, 3, 6)
-    per_process.value = 3
-    gpus.value = 8
-    assert per_process.options == (1, 2, 4, 8) and per_process.value == 1
-    per_process.value = 2
-    gpus.value = 4
-    assert per_process.value == 2  # kept where still allowed
-
-
-def test_explorer_shows_the_error_of_an_invalid_layout():
-    message = _figure_or_error(2, 4, 3)
-    assert message.startswith("Not a valid layout: gpus_per_process=3 does not divide gpus_per_node=4")
-    assert rank_labels(_figure_or_error(1, 2, 1)) == {0: 0, 1: 1}

@@ -16,6 +16,10 @@ Ordinary cells, and kernels starting or stopping, share the machine; a
 timing cell waits until the other notebook's cell in progress has finished,
 and that notebook waits before its next cell until the timing cell is done.
 
+They start longest first, by the time each took when last executed
+(``recorded_durations``), so that no long notebook starts last and runs
+alone at the end.
+
 A notebook that fails here is simply not cached, so myst-nb executes it again
 on its own and reports the failure the usual way, traceback and all. A port
 taken by the notebook running beside it, say, costs time and nothing else.
@@ -34,6 +38,8 @@ from jupyter_cache.base import CacheBundleIn
 from jupyter_cache.executors.utils import single_nb_execution
 from sphinx.application import Sphinx
 from sphinx.util import logging
+
+from recorded_durations import longest_first
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +130,9 @@ def execute_ahead(app: Sphinx, env, docnames):
     notebooks = [(path, nb) for path, nb in notebooks if not _in_cache(cache, nb)]
     if not notebooks:
         return
+    # Longest first (recorded_durations): the last notebook to start is a short one.
+    order = {path: i for i, path in enumerate(longest_first([path for path, _ in notebooks]))}
+    notebooks.sort(key=lambda item: order[item[0]])
     logger.info(f"executing {len(notebooks)} notebooks ahead, {jobs} at a time")
     started = time.perf_counter()
     machine = MachineTurns()

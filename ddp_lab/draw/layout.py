@@ -43,7 +43,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch, Patch
 
-from ddp_lab.topology import Topology, divisors
+from ddp_lab.topology import Topology
 from ddp_lab.draw.palette import EDGE, INK, OKABE_ITO, PANEL, TEXT
 
 __all__ = [
@@ -52,7 +52,6 @@ __all__ = [
     "draw_nodes",
     "draw_topology",
     "draw_reported_layout",
-    "layout_explorer",
 ]
 
 # Okabe & Ito's palette, distinguishable with the common colour-vision
@@ -446,63 +445,3 @@ def _chip_label(device: str) -> str:
     if kind == "cuda":
         return f"GPU\n{index or '?'}"
     return kind.upper() if kind == "cpu" else device
-
-
-# ---------------------------------------------------------- the interactive one
-
-
-def layout_explorer():
-    """Sliders for nodes (1-4), GPUs per node (1-8) and GPUs per process that
-    redraw the layout as they move.
-
-    GPUs per process offers only the divisors of GPUs per node, since a
-    process never spans two nodes; a layout that is still invalid shows
-    Topology's error message in place of the picture.
-    """
-    import ipywidgets as widgets
-    from IPython.display import display
-
-    style = {"description_width": "initial"}
-    nodes = widgets.IntSlider(value=2, min=1, max=4, description="nodes N", style=style)
-    gpus_per_node = widgets.IntSlider(value=4, min=1, max=8, description="GPUs per node G", style=style)
-    gpus_per_process = widgets.Dropdown(
-        options=divisors(4), value=1, description="GPUs per process", style=style
-    )
-    picture = widgets.Output()
-
-    def offer_divisors(change) -> None:
-        previous = gpus_per_process.value
-        gpus_per_process.options = divisors(change["new"])
-        gpus_per_process.value = previous if previous in gpus_per_process.options else 1
-
-    shown = None  # the (N, G, k) on screen: one move of a slider can fire several events
-
-    def redraw(change=None) -> None:
-        nonlocal shown
-        choice = (nodes.value, gpus_per_node.value, gpus_per_process.value)
-        if choice == shown:
-            return
-        shown = choice
-        with picture:
-            picture.clear_output(wait=True)
-            figure = _figure_or_error(*choice)
-            if isinstance(figure, str):
-                print(figure)
-            else:
-                display(figure)
-
-    # Registered first, so the choices are updated before the redraw below.
-    gpus_per_node.observe(offer_divisors, names="value")
-    for control in (nodes, gpus_per_node, gpus_per_process):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([widgets.HBox([nodes, gpus_per_node, gpus_per_process]), picture])
-
-
-def _figure_or_error(nodes: int, gpus_per_node: int, gpus_per_process: int) -> Figure | str:
-    """The layout's picture, or the reason it is not a valid layout."""
-    try:
-        topology = Topology(nodes, gpus_per_node, gpus_per_process)
-    except ValueError as error:
-        return f"Not a valid layout: {error}"
-    return draw_topology(topology)

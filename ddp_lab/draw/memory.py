@@ -8,8 +8,6 @@
 * :func:`draw_memory_vs_world_size`: bytes per rank as the world grows, one
   line per stage (log-log): ZeRO-3 keeps falling as 1/N, ZeRO-1 and ZeRO-2
   level off at the states they do not shard;
-* :func:`memory_calculator`: sliders for the parameter count, world size,
-  precision, optimizer and GPU memory, redrawing the bars (needs a kernel).
 
 The numbers come from :mod:`ddp_lab.memory`; nothing here computes a formula.
 
@@ -22,11 +20,11 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from ddp_lab.memory import OPTIMIZERS, PRECISIONS, STAGES, bytes_per_parameter, memory_per_rank, memory_table
+from ddp_lab.memory import STAGES, bytes_per_parameter, memory_per_rank, memory_table
 from ddp_lab.draw.palette import BLUE, GREEN, MUTED_TEXT, ORANGE, SKY_BLUE, VERMILLION
 from ddp_lab.units import format_gb
 
-__all__ = ["draw_memory_per_rank", "draw_memory_cases", "draw_memory_vs_world_size", "memory_calculator",
+__all__ = ["draw_memory_per_rank", "draw_memory_cases", "draw_memory_vs_world_size",
            "describe_parameters"]
 
 # Okabe-Ito colours: one per model state, one per stage.
@@ -136,50 +134,3 @@ def draw_memory_vs_world_size(num_parameters: float, *, world_sizes=None, precis
     return ax.figure
 
 
-def memory_calculator(num_parameters: float = 7.5e9, world_size: int = 64, *, precision: str = "mixed",
-                      optimizer: str = "adam", capacity_gb: float = 80):
-    """An ipywidgets calculator: memory per rank under DDP and ZeRO-1/2/3.
-
-    Parameters from 10⁸ to 10¹¹ (log scale), world size 1 to 1024 (powers of
-    two), precision, optimizer and the GPU's memory. Every change redraws the
-    bars (an Image widget) and the table (an HTML widget); needs a running
-    kernel. Nothing is printed: the widgets hold the results, so the notebook
-    shows the same thing however it is run.
-    """
-    import html
-    import io
-
-    import ipywidgets as widgets
-
-    style = {"description_width": "125px"}
-    layout = widgets.Layout(width="420px")
-    params = widgets.FloatLogSlider(value=num_parameters, base=10, min=8, max=11, step=0.025,
-                                    description="parameters Ψ", readout_format=".3g", style=style, layout=layout)
-    world = widgets.SelectionSlider(options=[2 ** k for k in range(11)], value=world_size,
-                                    description="world size N", style=style, layout=layout)
-    prec = widgets.Dropdown(options=list(PRECISIONS), value=precision, description="precision", style=style)
-    opt = widgets.Dropdown(options=list(OPTIMIZERS), value=optimizer, description="optimizer", style=style)
-    cap = widgets.BoundedFloatText(value=capacity_gb, min=1, max=1000, step=8, description="GPU memory (GB)",
-                                   style=style)
-    table = widgets.HTML()
-    chart = widgets.Image(format="png", layout=widgets.Layout(width="640px"))
-
-    def update(_=None):
-        rows = memory_table(params.value, world.value, precision=prec.value, optimizer=opt.value)
-        b = bytes_per_parameter(prec.value, opt.value)
-        lines = [f"Ψ = {describe_parameters(params.value)}, N = {world.value}: p + g + K = "
-                 f"{b.parameters} + {b.gradients} + {b.optimizer} bytes per parameter"]
-        for row in rows:
-            fits = "fits" if row.total / 1e9 <= cap.value else "does not fit"
-            lines.append(f"{row.stage:>6}: {format_gb(row.total):>10} per rank ({fits} in {cap.value:g} GB)")
-        table.value = "<pre>" + html.escape("\n".join(lines)) + "</pre>"
-        buffer = io.BytesIO()
-        draw_memory_per_rank(rows, capacity_gb=cap.value).savefig(buffer, format="png", dpi=90,
-                                                                  bbox_inches="tight")
-        chart.value = buffer.getvalue()
-
-    for control in (params, world, prec, opt, cap):
-        control.observe(update, names="value")
-    update()
-    controls = widgets.VBox([params, world, widgets.HBox([prec, opt]), cap])
-    return widgets.VBox([controls, table, chart])

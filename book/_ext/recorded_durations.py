@@ -1,0 +1,68 @@
+"""How long each notebook and test file took last time: longest first.
+
+Two notebooks at a time in the build (``execute_ahead``), several pytest-xdist
+workers in the tests: either way the work is a set of jobs that cannot be
+split (a notebook's cells run in order, in one kernel), shared among a few
+workers. Started in an arbitrary order, the longest job can come last and
+run alone while the other workers idle. Started longest first, the workers
+finish close together (Graham's LPT rule: within 4/3 of the best schedule).
+
+The durations come from what was recorded before, so a stale figure only
+costs speed, never a result:
+
+* a notebook's committed cells carry the timestamps nbclient wrote when it
+  last executed them (``metadata.execution``: ``iopub.status.busy`` to
+  ``iopub.status.idle``);
+* a test file's seconds are in ``tests/file_durations.json``, written by
+  ``python -m pytest --store-durations`` (the root conftest.py).
+
+Imports nothing but the standard library: the root conftest.py loads it
+before torch.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FILE_DURATIONS = ROOT / "tests" / "file_durations.json"
+
+
+def notebook_seconds(notebook: dict) -> float:
+    """Seconds the notebook's code cells took when they were last executed (0 if never)."""
+    total = 0.0
+    for cell in notebook.get("cells", []):
+        timing = cell.get("metadata", {}).get("execution", {})
+        busy, idle = timing.get("iopub.status.busy"), timing.get("iopub.status.idle")
+        if busy and idle:
+            total += (_time(idle) - _time(busy)).total_seconds()
+    return total
+
+
+def file_seconds(path: Path) -> float:
+    """Seconds ``path`` (a test file or a notebook, under ROOT) took last time."""
+    recorded = stored_durations().get(path.resolve().relative_to(ROOT).as_posix())
+    if recorded is not None:
+        return recorded
+    if path.suffix == ".ipynb":
+        return notebook_seconds(json.loads(path.read_text()))
+    return 0.0
+
+
+def longest_first(paths: list[Path]) -> list[Path]:
+    """``paths`` sorted by their recorded seconds, longest first; ties keep their order."""
+    seconds = {path: file_seconds(path) for path in paths}
+    return sorted(paths, key=lambda path: -seconds[path])
+
+
+def stored_durations() -> dict[str, float]:
+    try:
+        return json.loads(FILE_DURATIONS.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def _time(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
