@@ -8,12 +8,17 @@ same on any x86-64 machine, whatever its CPU and its number of cores.
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 from reproducible_numerics import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports nothing)
+from machine_turns import Turns  # noqa: E402  (standard library only)
 from recorded_durations import FILE_DURATIONS, longest_first  # noqa: E402  (standard library only)
 
 # Set, not defaulted: an OMP_NUM_THREADS=8 left in the shell would change the
@@ -64,3 +69,42 @@ def pytest_sessionfinish(session):
         return  # only the controller writes, once every worker has reported
     FILE_DURATIONS.write_text(json.dumps(
         {path: round(seconds, 1) for path, seconds in sorted(_seconds_per_file.items())}, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------- timing cells alone
+#
+# As in the build (book/_ext/execute_ahead.py), a notebook cell tagged
+# `measures-time` runs with nothing else running: every test item takes a
+# shared turn on the machine for its setup, call and teardown, and a timing
+# cell takes the machine alone (book/_ext/machine_turns.py). The lock files
+# are in a folder the controller makes and hands to its xdist workers.
+
+TIMING_TAG = "measures-time"
+
+
+def pytest_configure(config):
+    worker = getattr(config, "workerinput", None)
+    if worker is None:
+        config.turns_folder = tempfile.mkdtemp(prefix="ddp-book-turns-")
+        config.add_cleanup(lambda: shutil.rmtree(config.turns_folder, ignore_errors=True))
+    else:
+        config.turns_folder = worker["turns_folder"]
+    config.turns = Turns(config.turns_folder)
+    config.add_cleanup(config.turns.close)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist, on the controller: the worker's share of the lock folder."""
+    node.workerinput["turns_folder"] = node.config.turns_folder
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    cell = getattr(item, "cell", None)  # nbval's IPyNbCell
+    alone = cell is not None and TIMING_TAG in cell.get("metadata", {}).get("tags", [])
+    item.config.turns.take(alone=alone)
+    try:
+        yield
+    finally:
+        item.config.turns.release()

@@ -11,7 +11,8 @@ then reads them, myst-nb finds them in the cache and moves on.
 
 Cells that measure time are tagged ``measures-time``, and each runs with the
 machine to itself: a benchmark sharing the cores with another notebook would
-print slower figures than the machine gives. ``MachineTurns`` arranges this.
+print slower figures than the machine gives. ``machine_turns.Turns`` arranges
+this (the tests share the same lock between pytest's workers).
 Ordinary cells, and kernels starting or stopping, share the machine; a
 timing cell waits until the other notebook's cell in progress has finished,
 and that notebook waits before its next cell until the timing cell is done.
@@ -27,7 +28,7 @@ taken by the notebook running beside it, say, costs time and nothing else.
 
 from __future__ import annotations
 
-import threading
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -39,6 +40,7 @@ from jupyter_cache.executors.utils import single_nb_execution
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
+from machine_turns import Turns
 from recorded_durations import longest_first
 
 logger = logging.getLogger(__name__)
@@ -46,75 +48,30 @@ logger = logging.getLogger(__name__)
 TIMING_TAG = "measures-time"
 
 
-class MachineTurns:
-    """Any number of notebooks share the machine, or one timing cell has it alone.
-
-    A readers-writer lock: sharers are readers, a timing cell is the writer.
-    Once a timing cell waits, no new sharer starts, so it is never starved.
-    """
-
-    def __init__(self):
-        self._changed = threading.Condition()
-        self._sharing = 0
-        self._alone = False
-        self._waiting_alone = 0
-
-    def share(self):
-        with self._changed:
-            self._changed.wait_for(lambda: not self._alone and not self._waiting_alone)
-            self._sharing += 1
-
-    def stop_sharing(self):
-        with self._changed:
-            self._sharing -= 1
-            self._changed.notify_all()
-
-    def alone(self):
-        with self._changed:
-            self._waiting_alone += 1
-            self._changed.wait_for(lambda: not self._alone and self._sharing == 0)
-            self._waiting_alone -= 1
-            self._alone = True
-
-    def stop_alone(self):
-        with self._changed:
-            self._alone = False
-            self._changed.notify_all()
-
-
 class NotebookTurns:
-    """One notebook's turns, taken in nbclient's cell hooks.
+    """One notebook's turns on the machine (``machine_turns.Turns``), taken in
+    nbclient's cell hooks.
 
     The notebook shares the machine from the moment its kernel starts until it
     has stopped, except while one of its timing cells has the machine alone.
     Before each cell it gives its share up and takes it again, which is where
-    a timing cell of the other notebook gets in.
+    a timing cell of another notebook gets in.
     """
 
-    def __init__(self, machine):
-        self.machine = machine
-        self.held = None  # None, "share" or "alone"
+    def __init__(self, folder):
+        self.turns = Turns(folder)
 
     def take(self, alone):
-        self.release()
-        if alone:
-            self.machine.alone()
-        else:
-            self.machine.share()
-        self.held = "alone" if alone else "share"
+        self.turns.take(alone)
 
     def release(self):
-        if self.held == "share":
-            self.machine.stop_sharing()
-        elif self.held == "alone":
-            self.machine.stop_alone()
-        self.held = None
+        self.turns.close()
 
     def on_cell_execute(self, cell, cell_index):
         self.take(alone=TIMING_TAG in cell.metadata.get("tags", []))
 
     def on_cell_executed(self, cell, cell_index, execute_reply):
-        if self.held == "alone":
+        if self.turns.held == "alone":
             self.take(alone=False)
 
 
@@ -135,9 +92,8 @@ def execute_ahead(app: Sphinx, env, docnames):
     notebooks.sort(key=lambda item: order[item[0]])
     logger.info(f"executing {len(notebooks)} notebooks ahead, {jobs} at a time")
     started = time.perf_counter()
-    machine = MachineTurns()
-    with ThreadPoolExecutor(jobs) as pool:
-        runs = {pool.submit(_execute, path, nb, nb_config, machine): path for path, nb in notebooks}
+    with tempfile.TemporaryDirectory(prefix="ddp-book-turns-") as turns_folder, ThreadPoolExecutor(jobs) as pool:
+        runs = {pool.submit(_execute, path, nb, nb_config, turns_folder): path for path, nb in notebooks}
         for run in as_completed(runs):
             _store(cache, runs[run], run)  # the cache is written from this thread only
     logger.info(f"executed {len(notebooks)} notebooks ahead in {time.perf_counter() - started:.1f} s")
@@ -151,9 +107,9 @@ def _in_cache(cache, nb):
     return True
 
 
-def _execute(path, nb, nb_config, machine):
+def _execute(path, nb, nb_config, turns_folder):
     """Run one notebook in its own folder, as myst-nb's cache mode does."""
-    turns = NotebookTurns(machine)
+    turns = NotebookTurns(turns_folder)
     turns.take(alone=False)  # for the kernel's start
     try:
         return single_nb_execution(

@@ -42,10 +42,12 @@ def notebook_seconds(notebook: dict) -> float:
 
 
 def file_seconds(path: Path) -> float:
-    """Seconds ``path`` (a test file or a notebook, under ROOT) took last time."""
-    recorded = stored_durations().get(path.resolve().relative_to(ROOT).as_posix())
-    if recorded is not None:
-        return recorded
+    """Seconds ``path`` (a test file or a notebook) took last time."""
+    path = path.resolve()
+    if path.is_relative_to(ROOT):
+        recorded = stored_durations().get(path.relative_to(ROOT).as_posix())
+        if recorded is not None:
+            return recorded
     if path.suffix == ".ipynb":
         return notebook_seconds(json.loads(path.read_text()))
     return 0.0

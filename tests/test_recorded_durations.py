@@ -1,0 +1,59 @@
+"""book/_ext/recorded_durations.py: a notebook's seconds from its cells'
+timestamps, test files' from tests/file_durations.json, longest first."""
+
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+import recorded_durations  # noqa: E402
+from recorded_durations import longest_first, notebook_seconds  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_rank_outlives_a_test():
+    """No rank is started here (overrides tests/conftest.py's check)."""
+    yield
+
+
+def timed_notebook(*seconds):
+    cells = []
+    for i, s in enumerate(seconds):
+        cell = nbformat.v4.new_code_cell("pass")
+        cell.metadata["execution"] = {"iopub.status.busy": f"2026-11-24T10:00:{i:02d}.000000Z",
+                                      "iopub.status.idle": f"2026-11-24T10:00:{i + s:09.6f}Z"}
+        cells.append(cell)
+    cells.append(nbformat.v4.new_code_cell("never executed"))
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+def test_a_notebook_lasts_the_sum_of_its_cells():
+    assert notebook_seconds(timed_notebook(0.5, 2.25)) == pytest.approx(2.75)
+    assert notebook_seconds(nbformat.v4.new_notebook()) == 0
+
+
+def test_longest_first_reads_cells_and_the_stored_table(tmp_path, monkeypatch):
+    short, long = tmp_path / "short.ipynb", tmp_path / "long.ipynb"
+    nbformat.write(timed_notebook(1), short)
+    nbformat.write(timed_notebook(3, 3), long)
+    unknown = tmp_path / "test_unknown.py"
+    unknown.write_text("")
+    assert longest_first([unknown, short, long]) == [long, short, unknown]
+
+    root = Path(recorded_durations.__file__).resolve().parents[2]
+    table = tmp_path / "file_durations.json"
+    table.write_text(json.dumps({"tests/test_launch.py": 99.0}))
+    monkeypatch.setattr(recorded_durations, "FILE_DURATIONS", table)
+    launch = root / "tests" / "test_launch.py"
+    assert longest_first([short, long, launch]) == [launch, long, short]
+
+
+def test_the_committed_table_names_files_that_exist():
+    root = Path(recorded_durations.__file__).resolve().parents[2]
+    stored = recorded_durations.stored_durations()
+    assert stored, "tests/file_durations.json is missing: python -m pytest --store-durations"
+    gone = [name for name in stored if not (root / name).exists()]
+    assert len(gone) < len(stored) / 4, f"refresh tests/file_durations.json; gone: {gone}"
