@@ -6,12 +6,14 @@ Each participant is a ``Turns`` of its own (its own open files), in a thread
 or a process of its own: flock does not care which.
 """
 
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
@@ -113,3 +115,48 @@ def test_a_process_that_dies_holding_the_machine_frees_it(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+# ------------------------------------------------------------ wired into pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MEET = """import pathlib, time
+here = pathlib.Path({folder!r})
+(here / "{me}.started").touch()
+deadline = time.monotonic() + 60
+while not (here / "{other}.started").exists():
+    assert time.monotonic() < deadline, "{other} is not running beside {me}"
+    time.sleep(0.05)"""
+BUSY = """with open(here / "busy.times", "w") as times:
+    start = time.time()
+    while time.time() < start + 2:
+        times.write(f"{time.time()}\\n")
+        time.sleep(0.01)"""
+TIMED = 'start = time.time(); time.sleep(0.5); (here / "timed.times").write_text(f"{start} {time.time()}")'
+
+
+def test_pytest_runs_a_timing_cell_with_nothing_beside_it(tmp_path):
+    """Two notebooks under two xdist workers, through the root conftest.py: one
+    keeps a cell busy for 2 s, the other's timing cell must run before or after it."""
+    folder = ROOT / "_build" / f"turns-{tmp_path.name}"  # under the root conftest.py
+    folder.mkdir(parents=True)
+    try:
+        def write(name, *cells):
+            nb = nbformat.v4.new_notebook(cells=[
+                nbformat.v4.new_code_cell(c) if isinstance(c, str)
+                else nbformat.v4.new_code_cell(c[0], metadata={"tags": c[1]}) for c in cells])
+            nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+            nbformat.write(nb, folder / f"{name}.ipynb")
+
+        write("a_busy", MEET.format(folder=str(folder), me="a", other="b"), BUSY)
+        write("b_timed", MEET.format(folder=str(folder), me="b", other="a"), (TIMED, ["measures-time"]))
+        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
+                              str(folder / "a_busy.ipynb"), str(folder / "b_timed.ipynb")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=180)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        busy = [float(t) for t in (folder / "busy.times").read_text().split()]
+        start, end = map(float, (folder / "timed.times").read_text().split())
+        assert not any(start < t < end for t in busy), "the timing cell ran beside a busy cell"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
