@@ -37,20 +37,25 @@ class Link:
     source: str = ""
 
 
-# The book's one table of link speeds: Chapter 1 teaches it, Chapters 12 and
-# the scaling model use it. Bandwidths are the vendors' rated figures, one
-# direction (vendors quote NVLink and PCIe for both directions together:
-# halved here). Real transfers reach somewhat less. Latencies are the
-# per-step latency NCCL's own tuning model charges a ring step with its
-# Simple protocol (hwLat in NVIDIA/nccl src/graph/tuning.cc: 3.4 us over
-# NVLink, 5.7 us over PCIe, 9.6 us over the network), orders of magnitude
-# to reason with; gloo over TCP is slower still.
+# The book's one table of link speeds: Chapter 1 teaches it, Chapter 12, the
+# scaling model and its control (ddp_lab.widgets.scaling) use it; NVLink 1 and
+# 40/50 Gb/s Ethernet are the hardware of the published results that
+# Chapter 12 compares the model with (ddp_lab.published_scaling).
+# Bandwidths are the vendors' rated figures, one direction (vendors quote
+# NVLink and PCIe for both directions together: halved here). Real transfers
+# reach somewhat less. Latencies are the per-step latency NCCL's own tuning
+# model charges a ring step with its Simple protocol (hwLat in NVIDIA/nccl
+# src/graph/tuning.cc: 3.4 us over NVLink, 5.7 us over PCIe, 9.6 us over the
+# network), orders of magnitude to reason with; gloo over TCP is slower still.
 _NVLINK_LAT, _PCIE_LAT, _NET_LAT = 3.4e-6, 5.7e-6, 9.6e-6
 LINKS = {
     "nvlink": Link("NVLink 4 (H100 SXM)", 450e9, _NVLINK_LAT, "inside a node",
                    "NVIDIA H100 Tensor Core GPU datasheet: NVLink 900 GB/s (both directions)"),
     "nvlink3": Link("NVLink 3 (A100 SXM)", 300e9, _NVLINK_LAT, "inside a node",
                     "NVIDIA A100 Tensor Core GPU datasheet: NVLink 600 GB/s (both directions)"),
+    "nvlink1": Link("NVLink 1 (P100 SXM2)", 80e9, _NVLINK_LAT, "inside a node",
+                    "NVIDIA Tesla P100 SXM2: NVLink 160 GB/s (both directions), 80 GB/s each way "
+                    "(Microway, 'NVIDIA Tesla P100 NVLink 16GB GPU Accelerator Up Close')"),
     "pcie": Link("PCIe 4.0 x16", 32e9, _PCIE_LAT, "inside a node",
                  "PCI-SIG, PCIe 4.0: 16 GT/s per lane, 64 GB/s for x16 (both directions)"),
     "infiniband": Link("InfiniBand NDR 400 Gb/s", 50e9, _NET_LAT, "between nodes",
@@ -59,6 +64,10 @@ LINKS = {
                            "NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port"),
     "ethernet100": Link("Ethernet 100 Gb/s", 12.5e9, _NET_LAT, "between nodes",
                         "IEEE 802.3ba: 100 Gb/s Ethernet"),
+    "ethernet50": Link("Ethernet 50 Gb/s", 6.25e9, _NET_LAT, "between nodes",
+                       "IEEE 802.3cd: 50 Gb/s Ethernet (Goyal et al. 2017's servers: Mellanox ConnectX-4 50Gbit)"),
+    "ethernet40": Link("Ethernet 40 Gb/s", 5e9, _NET_LAT, "between nodes",
+                       "IEEE 802.3ba: 40 Gb/s Ethernet"),
     "ethernet25": Link("Ethernet 25 Gb/s", 3.125e9, _NET_LAT, "between nodes",
                        "IEEE 802.3by: 25 Gb/s Ethernet"),
     "ethernet10": Link("Ethernet 10 Gb/s", 1.25e9, _NET_LAT, "between nodes",

@@ -23,7 +23,10 @@ is as long as the all-reduce (:func:`tokens_to_hide`).
 
 Pure arithmetic: no torch, nothing measured here. The chapter calibrates it
 twice, with latency and bandwidth measured on the namespace cluster, and
-with published hardware figures (:data:`GPUS`, :data:`ddp_lab.links.LINKS`).
+with published hardware figures (:data:`GPUS`, :data:`ddp_lab.links.LINKS`)
+against published scaling results (:mod:`ddp_lab.published_scaling`); the
+control :class:`ddp_lab.widgets.scaling.ScalingModel` lets the reader move
+every input.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
-"""The scaling cost model of Chapter 12: its arithmetic, checked by hand."""
+"""The scaling cost model of Chapter 12: its arithmetic, checked by hand, and
+the published results it is compared with (ddp_lab.published_scaling)."""
+
+import dataclasses
 
 import pytest
 
-from ddp_lab import scaling
+from ddp_lab import published_scaling, scaling
 from ddp_lab.links import LINKS, Link
+from ddp_lab.published_scaling import RUNS, PublishedRun, predict
 
 FAST = Link("fast", 100.0, 0.0)     # 100 bytes/s, no latency: easy arithmetic
 SLOW = Link("slow", 10.0, 1.0)      # 10 bytes/s, 1 s per step
@@ -78,3 +82,52 @@ def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError) as error:
         call()
     assert message in str(error.value)
+
+
+# -- published results (ddp_lab.published_scaling) -----------------------------------------
+
+
+def test_predict_brackets_a_run_by_hand():
+    # 2 nodes x 2 GPUs, 10 parameters x 4 bytes = 40 bytes at 10 B/s, 1 s per step:
+    # the flat ring takes 12 s (see test_flat_ring_runs_at_the_slowest_link)
+    run = PublishedRun("test", "2 x 2", "toy", 10, 1, 30.0, 2, 2, SLOW, None, "flat", 0.8)
+    serial, overlapped = predict(run)
+    assert serial == pytest.approx(30 / 42)                  # compute, then the all-reduce
+    assert overlapped == pytest.approx(30 / (10 + 20))      # 12 s hidden behind 20 s of backward
+    assert overlapped == 1.0
+
+
+def test_against_one_server_the_ratio_of_step_times():
+    # hierarchical, 2 nodes x 2: 0.8 s in the node (test_hierarchical_sends_less_across_the_link)
+    # + 6 s across; one node alone: 0.8 s
+    run = PublishedRun("test", "2 x 2", "toy", 10, 1, 3.0, 2, 2, SLOW, FAST, "hierarchical", 0.5,
+                       baseline_gpus=2)
+    serial, _ = predict(run)
+    assert serial == pytest.approx((3 + 0.8) / (3 + 6.8))
+    with pytest.raises(ValueError, match="baseline_gpus must be 1 or gpus_per_node"):
+        predict(PublishedRun("test", "", "toy", 10, 1, 3.0, 2, 2, SLOW, FAST, "flat", 0.5, baseline_gpus=3))
+
+
+def test_published_figures_are_the_sources():
+    by = {(run.setup, run.model): run for run in RUNS}
+    rdma = by["Horovod, 4 x 4 Pascal, 25 Gb/s RDMA", "VGG-16"]
+    assert rdma.efficiency == 13.7 / 16 and rdma.compute == 64 / 130.9 and rdma.gpus == 16
+    assert by["Horovod, 16 x 4 Pascal, 40 Gb/s TCP", "Inception V3"].efficiency == 53.3 / 64
+    assert by["Horovod, 128 x 4 Pascal, 25 Gb/s RoCE", "VGG-16"].efficiency == 0.68
+    assert by["Horovod, 32 x 4 Pascal, 25 Gb/s RoCE", "VGG-16"].efficiency == 0.79
+    goyal = by["Goyal et al., 32 x 8 P100 NVLink, 50 Gb/s", "ResNet-50"]
+    assert goyal.gpus == 256 and goyal.efficiency == 0.90 and goyal.parameters == 25e6
+    assert goyal.compute * scaling.BACKWARD_SHARE == pytest.approx(0.120)   # "Backprop ... takes 120 ms"
+    assert LINKS["ethernet50"].bandwidth == 50e9 / 8 and LINKS["ethernet25"].bandwidth == 25e9 / 8
+    assert LINKS["nvlink1"].bandwidth == 80e9 and "160 GB/s" in LINKS["nvlink1"].source
+    assert len(RUNS) == 17
+
+
+def test_every_published_run_is_predicted_with_two_ordered_bounds():
+    for run in RUNS:
+        serial, overlapped = predict(run)
+        assert 0 < serial <= overlapped <= 1, run
+    # one server against one server is perfectly efficient; its all-reduce stays inside the server
+    goyal = RUNS[-1]
+    assert predict(dataclasses.replace(goyal, nodes=1)) == (1.0, 1.0)
+    assert published_scaling.all_reduce_seconds(goyal, nodes=1) < published_scaling.all_reduce_seconds(goyal)

@@ -14,10 +14,13 @@ import traitlets
 from ddp_lab.cost import bucket_schedule, collective_time, naive_all_reduce_time
 from ddp_lab.memory import STAGES, memory_per_rank
 from ddp_lab.topology import Topology
-from ddp_lab.widgets import AllReduceCost, BucketTradeoff, LayoutExplorer, MemoryCalculator
+from ddp_lab import scaling
+from ddp_lab.links import LINKS
+from ddp_lab.widgets import AllReduceCost, BucketTradeoff, LayoutExplorer, MemoryCalculator, ScalingModel
 from ddp_lab.widgets.memory import _constants
+from ddp_lab.widgets.scaling import INTER_LINKS, INTRA_LINKS
 
-CONTROLS = (LayoutExplorer, MemoryCalculator, AllReduceCost, BucketTradeoff)
+CONTROLS = (LayoutExplorer, MemoryCalculator, AllReduceCost, BucketTradeoff, ScalingModel)
 
 
 @pytest.mark.parametrize("cls", CONTROLS)
@@ -63,6 +66,42 @@ def test_the_python_object_follows_the_controls():
     assert len(buckets.schedule) == 400
     assert buckets.schedule == bucket_schedule(400 * 2 ** 20, 2 ** 20, 0.1, 8, 50e-6, 10e9)
 
+    model = ScalingModel()
+    model.set_state({"nodes": 2, "tokens_per_gpu": 1024, "utilisation": 0.5})
+    compute = scaling.compute_seconds(7e9, 1024, 989e12, 0.5)
+    assert model.result["compute"] == compute
+    network = LINKS["infiniband"].bandwidth * 8
+    assert model.result["all_reduce"] == pytest.approx(collective_time("all_reduce", 14e9, 16, 9.6e-6, network))
+    assert model.result["step_serial"] == compute + model.result["all_reduce"]
+
+
+def test_the_scaling_control_answers_chapter_12s_quiz():
+    """Quiz 1 and 2 of Chapter 12: a 7B model on 16 nodes of 8 H100 at 40%,
+    16-bit gradients; one 400 Gb/s card per GPU, then one per node."""
+    model = ScalingModel(parameters=7e9, nodes=16, gpus_per_node=8, cards=8)
+    assert round(model.result["all_reduce"] * 1e3) == 72 and round(model.result["tokens_to_hide"]) == 1016
+    model.cards = 1
+    assert round(model.result["all_reduce"] * 1e3) == 558 and round(model.result["tokens_to_hide"], -2) == 7900
+    # the hierarchical all-reduce's leader sends through one card, however many the node has
+    model.algorithm = "hierarchical"
+    one = model.result["all_reduce"]
+    model.cards = 8
+    assert model.result["all_reduce"] == one == scaling.hierarchical_all_reduce_seconds(
+        14e9, 16, 8, intra=LINKS["nvlink"], inter=LINKS["infiniband"])
+    # one node: no network at all, and one GPU: no all-reduce
+    model.nodes = 1
+    assert model.result["all_reduce"] == scaling.hierarchical_all_reduce_seconds(14e9, 1, 8, intra=LINKS["nvlink"])
+    model.gpus_per_node = 1
+    assert model.result["all_reduce"] == 0 and model.result["efficiency_serial"] == 1.0
+    assert [point[0] for point in model.curve] == [1, 2, 4, 8, 16, 32, 64, 128]
+
+
+def test_the_scaling_control_offers_the_books_links_and_gpus():
+    assert set(INTRA_LINKS) == {"nvlink", "nvlink3", "nvlink1", "pcie"}
+    assert "infiniband" in INTER_LINKS and "ethernet25" in INTER_LINKS and "nvlink" not in INTER_LINKS
+    constants = ScalingModel._esm.split("\n", 2)[1]
+    assert '"h100": {"name": "H100 SXM", "flops": 989000000000000.0' in constants
+
 
 def test_memory_constants_come_from_ddp_lab_memory():
     constants = _constants()
@@ -78,6 +117,10 @@ def test_memory_constants_come_from_ddp_lab_memory():
     (MemoryCalculator, {"precision": "fp8"}, "precision"),
     (AllReduceCost, {"world_size": 1}, "world_size"),
     (BucketTradeoff, {"bucket_bytes": 10.0}, "bucket_bytes"),
+    (ScalingModel, {"nodes": 3}, "nodes"),
+    (ScalingModel, {"inter": "nvlink"}, "inter"),
+    (ScalingModel, {"utilisation": 0.33}, "utilisation"),
+    (ScalingModel, {"parameters": 1e13}, "parameters"),
 ])
 def test_bad_settings_are_refused_naming_the_setting(cls, settings, named):
     with pytest.raises(traitlets.TraitError, match=named):

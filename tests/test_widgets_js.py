@@ -2,8 +2,8 @@
 and the network cut off, as the static book shows them.
 
 * The JavaScript formulas give Python's answers (``ddp_lab.Topology``,
-  ``ddp_lab.memory``, ``ddp_lab.cost``) on grids of inputs, and print numbers
-  exactly as Python's format() does.
+  ``ddp_lab.memory``, ``ddp_lab.cost``, ``ddp_lab.scaling``) on grids of
+  inputs, and print numbers exactly as Python's format() does.
 * Each control, moved in the page, shows Python's answer for the new setting,
   and its picture changes; nothing is logged to the console, nothing fetched
   from outside 127.0.0.1. Screenshots of two states of each go to
@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ddp_lab.cost import bucket_schedule
+from ddp_lab.cost import bucket_schedule, collective_time
 from ddp_lab.units import format_bytes
 from ddp_lab.draw.memory import describe_parameters
 from ddp_lab.units import format_gb as _gb
@@ -33,6 +33,7 @@ from ddp_lab.widgets.allreduce_cost import MESSAGE_SIZES, AllReduceCost, all_red
 from ddp_lab.widgets.buckets import BUCKET_SIZES, GRADIENT_SIZES, BucketTradeoff, format_mib
 from ddp_lab.widgets.layout import LayoutExplorer
 from ddp_lab.widgets.memory import WORLD_SIZES, MemoryCalculator
+from ddp_lab.widgets.scaling import ScalingModel, scaling_model
 
 from widget_pages import exercise_controls, serve, write_page
 
@@ -50,7 +51,7 @@ def no_rank_outlives_a_test():
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     folder = tmp_path_factory.mktemp("controls")
-    write_page(folder, [LayoutExplorer(), MemoryCalculator(), AllReduceCost(), BucketTradeoff()])
+    write_page(folder, [LayoutExplorer(), MemoryCalculator(), AllReduceCost(), BucketTradeoff(), ScalingModel()])
     with serve(folder) as url:
         yield url
 
@@ -185,6 +186,34 @@ def test_bucket_schedule_agrees_with_cost(page):
     assert module_answers(page, BucketTradeoff(), "formatMiB", [[s] for s in sizes]) == [format_mib(s) for s in sizes]
 
 
+def test_scaling_model_agrees_with_scaling(page):
+    """Chapter 12's control against ddp_lab.scaling, through scaling_model, on a
+    grid of every kind of input (both algorithms, one node and many, 1 to 8
+    cards, the two GPUs, 16- and 32-bit gradients)."""
+    cases = [list(c) for c in itertools.product(
+        (1e8, 7e9, 1e12), (1, 8), (1, 2, 128), ("nvlink1", "pcie"), ("infiniband", "ethernet25"), (1, 8),
+        (256.0, 2.0 ** 20), ("h100", "a100"), (0.05, 1.0), ("flat", "hierarchical"), (2, 4))]
+    answers = module_answers(page, ScalingModel(), "scalingModel", cases)
+    for case, answer in zip(cases, answers):
+        expected = scaling_model(*case)
+        assert answer.keys() == expected.keys()
+        for key, value in expected.items():
+            assert close(answer[key], value), (case, key)
+    # the ring collectives it is built on, as ddp_lab.cost prices them
+    collectives = [[c, n, w, a, b] for c in ("all_reduce", "reduce", "broadcast") for n in (0, 1e3, 3e9)
+                   for w in (1, 2, 7, 1024) for a in (0.0, 9.6e-6) for b in (1e8, 4.5e11)]
+    assert all(close(got, collective_time(*case)) for got, case in
+               zip(module_answers(page, ScalingModel(), "collectiveTime", collectives), collectives))
+    efficiencies = sorted({v for c in cases for k, v in scaling_model(*c).items() if k.startswith("efficiency")})
+    assert module_answers(page, ScalingModel(), "percent", [[e] for e in efficiencies]) == \
+        [f"{e:.1%}" for e in efficiencies]
+    tokens = sorted({scaling_model(*c)["tokens_to_hide"] for c in cases})
+    assert module_answers(page, ScalingModel(), "count", [[t] for t in tokens]) == [f"{t:,.0f}" for t in tokens]
+    counts = [10 ** (8 + i / 10) for i in range(41)]
+    assert module_answers(page, ScalingModel(), "describeParameters", [[c] for c in counts]) == \
+        [describe_parameters(c) for c in counts]
+
+
 def test_numbers_are_formatted_as_python_formats_them(page):
     rng = random.Random(21)
     values = [0.125, 1.125, 2.5, 0.5, 1.5, 99.95, 999.5, 1e-5, 1.0000000000000002, 123456.0, 1e21, 9.9999,
@@ -203,7 +232,7 @@ def test_controls_follow_python_as_they_move(page):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.wait_for_selector(".ddp-control", timeout=15_000)
     problems = exercise_controls(page, SCREENSHOTS, "harness")
-    assert page.locator(".ddp-control").count() == 4
+    assert page.locator(".ddp-control").count() == 5
     assert not problems, "\n".join(problems)
 
 
@@ -213,8 +242,8 @@ def test_without_javascript_the_default_state_is_shown(browser, site):
     try:
         page.goto(f"{site}/index.html")
         statics = page.locator(".ddp-control-static")
-        assert statics.count() == 4
-        for index in range(4):
+        assert statics.count() == 5
+        for index in range(5):
             assert statics.nth(index).is_visible()
             image = statics.nth(index).locator("img")
             assert image.is_visible() and image.evaluate("img => img.naturalWidth") > 0
@@ -222,6 +251,8 @@ def test_without_javascript_the_default_state_is_shown(browser, site):
         assert "7" in layout and "LOCAL_RANK" in layout            # the 2 x 4 table, ranks 0 to 7
         memory = statics.nth(1).inner_text()
         assert "120 GB" in memory and "31.4 GB" in memory          # DDP and ZeRO-1 for 7.5B on 64 ranks
+        scaling = statics.nth(4).inner_text()
+        assert "7B parameters on 128 GPUs" in scaling and "1,016" in scaling  # tokens that hide the all-reduce
     finally:
         context.close()
 
@@ -234,6 +265,6 @@ def test_controls_render_on_a_machine_slower_than_anywidget_waits(page_slower_th
     moments later. widgets_offline.js handles that one rejection: every control
     renders, and no error is reported (the page fixture fails the test on one)."""
     page = page_slower_than_anywidget_waits
-    page.wait_for_function("document.querySelectorAll('.ddp-control').length == 4", timeout=15_000)
+    page.wait_for_function("document.querySelectorAll('.ddp-control').length == 5", timeout=15_000)
     page.wait_for_timeout(200)  # the 1 ms timers have fired
-    assert page.locator(".ddp-control svg").count() >= 4
+    assert page.locator(".ddp-control svg").count() >= 5

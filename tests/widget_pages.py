@@ -87,8 +87,10 @@ from ddp_lab.widgets.allreduce_cost import AllReduceCost, format_seconds  # noqa
 from ddp_lab.widgets.buckets import BucketTradeoff, format_mib  # noqa: E402
 from ddp_lab.widgets.layout import LayoutExplorer  # noqa: E402
 from ddp_lab.widgets.memory import MemoryCalculator  # noqa: E402
+from ddp_lab.widgets.scaling import UTILISATIONS, ScalingModel  # noqa: E402
 
-CONTROLS = {cls.__name__: cls for cls in (LayoutExplorer, MemoryCalculator, AllReduceCost, BucketTradeoff)}
+CONTROLS = {cls.__name__: cls for cls in (LayoutExplorer, MemoryCalculator, AllReduceCost, BucketTradeoff,
+                                          ScalingModel)}
 
 
 def log_value(lo: int, per_decade: int, position: int) -> float:
@@ -97,8 +99,8 @@ def log_value(lo: int, per_decade: int, position: int) -> float:
 
 
 # (what to do in the page, the same change in Python); "fill" sets an input's value
-# (a range input's position), "click" presses a button. Two states are screenshotted:
-# after the moves marked "shot".
+# (a range input's position), "click" presses a button, "select" picks an option of a
+# <select>. Two states are screenshotted: after the moves marked "shot".
 SCENARIOS = {
     "LayoutExplorer": [
         ("fill", "input[name=nodes]", "3", {"nodes": 3}),
@@ -133,6 +135,18 @@ SCENARIOS = {
         ("fill", "input[name=bucket_bytes]", "20", {"bucket_bytes": float(2 ** 8 * 2 ** 20)}),
         ("fill", "input[name=world_size]", "64", {"world_size": 64}),
         ("fill", "input[name=backward_seconds]", "5", {"backward_seconds": log_value(-3, 10, 5)}),
+        ("shot",),
+    ],
+    "ScalingModel": [
+        ("fill", "input[name=nodes]", "7", {"nodes": 128}),
+        ("fill", "input[name=tokens_per_gpu]", "2", {"tokens_per_gpu": 1024.0}),
+        ("shot",),
+        ("click", "[data-name=algorithm] button[data-value='hierarchical']", None, {"algorithm": "hierarchical"}),
+        ("select", "select[name=inter]", "ethernet100", {"inter": "ethernet100"}),
+        ("fill", "input[name=parameters]", "25", {"parameters": log_value(8, 10, 25)}),
+        ("click", "[data-name=gpu] button[data-value='a100']", None, {"gpu": "a100"}),
+        ("fill", "input[name=utilisation]", "5", {"utilisation": UTILISATIONS[5]}),
+        ("click", "[data-name=bytes_per_gradient] button[data-value='4']", None, {"bytes_per_gradient": 4}),
         ("shot",),
     ],
 }
@@ -229,6 +243,21 @@ def compare(name: str, twin, root) -> list[str]:
         shown = root.locator(".ddp-number[data-name=best] b").inner_text()
         if shown != f"{format_mib(best_size)} ({format_seconds(best_time)})":
             problems.append(f"best shown as {shown!r}")
+    elif name == "ScalingModel":
+        answer = twin.result
+        for key, value in answer.items():
+            if not close(result[key], value):
+                problems.append(f"{key}: page {result[key]}, ddp_lab.scaling {value}")
+        expected = {key: format_seconds(answer[key]) for key in ("compute", "all_reduce", "step_serial",
+                                                                 "step_overlapped")}
+        expected |= {key: f"{answer[key]:.1%}" for key in ("efficiency_serial", "efficiency_overlapped")}
+        expected["tokens_to_hide"] = f"{answer['tokens_to_hide']:,.0f}"
+        for key, text in expected.items():
+            shown = root.locator(f".ddp-number[data-name={key}] b").inner_text()
+            if shown != text:
+                problems.append(f"{key} shown as {shown!r}, Python {text!r}")
+        if root.locator(".ddp-title").inner_text() != twin.title():
+            problems.append(f"title {root.locator('.ddp-title').inner_text()!r} != {twin.title()!r}")
     return problems
 
 
@@ -264,6 +293,8 @@ def exercise_controls(page, screenshots: Path, prefix: str) -> list[str]:
             if action == "fill":
                 target.fill(value)
                 target.dispatch_event("change")
+            elif action == "select":
+                target.select_option(value)
             else:
                 target.click()
             twin.set_state(change)  # what the page sends to a kernel, when there is one

@@ -175,6 +175,7 @@ CHAPTER = {
                                 "ranks_per_node": 2, "repeats": 5}),
     "hierarchical": (200, flat_vs_hierarchical, {"sizes": [16 * KiB, 256 * KiB, 4 * MiB],
                                                  "ranks_per_node": 2, "repeats": 3}),
+    "ddp_100": (100, ddp_step_times, {"widths": (256, 512, 512, 10), "batch": 32, "steps": 2}),
     "ddp_250": (250, ddp_step_times, {"widths": (256, 512, 512, 10), "batch": 32, "steps": 2}),
     "ddp_1000": (1000, ddp_step_times, {"widths": (256, 512, 512, 10), "batch": 32, "steps": 2}),
 }

@@ -10,7 +10,9 @@ One module per control, each named after what it shows:
 - :class:`~ddp_lab.widgets.allreduce_cost.AllReduceCost` (Chapter 6): ring
   against naive all-reduce time as the world and the message grow;
 - :class:`~ddp_lab.widgets.buckets.BucketTradeoff` (Chapter 8): DDP's
-  bucket size against the time a backward pass waits for its gradients.
+  bucket size against the time a backward pass waits for its gradients;
+- :class:`~ddp_lab.widgets.scaling.ScalingModel` (Chapter 12): the cost
+  of a DDP step on a cluster, and when data parallelism stops scaling.
 
 :mod:`ddp_lab.widgets.control` says how a control is built (an anywidget
 whose JavaScript lives in ``ddp_lab/widgets/js/``) and how the book shows
@@ -18,13 +20,14 @@ it. Needs ``anywidget`` and matplotlib; ``import ddp_lab`` does not import
 this package.
 """
 
-__all__ = ["LayoutExplorer", "MemoryCalculator", "AllReduceCost", "BucketTradeoff"]
+__all__ = ["LayoutExplorer", "MemoryCalculator", "AllReduceCost", "BucketTradeoff", "ScalingModel"]
 
 _MODULES = {
     "LayoutExplorer": "layout",
     "MemoryCalculator": "memory",
     "AllReduceCost": "allreduce_cost",
     "BucketTradeoff": "buckets",
+    "ScalingModel": "scaling",
 }
 
 

@@ -17,13 +17,6 @@ function allReduceTimes(nbytes, worldSize, latency, bandwidth) {
   return {ring, naive};
 }
 
-/** ddp_lab.widgets.allreduce_cost.format_seconds: "12.3 µs", "4.5 ms", "1.2 s". */
-function formatSeconds(seconds) {
-  if (seconds < 1e-3) return `${formatG(seconds * 1e6, 3)} µs`;
-  if (seconds < 1) return `${formatG(seconds * 1e3, 3)} ms`;
-  return `${formatG(seconds, 3)} s`;
-}
-
 /** ddp_lab.units.format_bytes: 1536 -> "1.5 KiB", 4 << 20 -> "4 MiB". */
 function formatBytes(nbytes) {
   for (const unit of ["B", "KiB", "MiB", "GiB"]) {

@@ -28,12 +28,6 @@ function backwardTime(...args) {
   return schedule[schedule.length - 1][2];
 }
 
-function formatSeconds(seconds) {
-  if (seconds < 1e-3) return `${formatG(seconds * 1e6, 3)} µs`;
-  if (seconds < 1) return `${formatG(seconds * 1e3, 3)} ms`;
-  return `${formatG(seconds, 3)} s`;
-}
-
 /** Sizes in MiB as the book writes bucket_cap_mb: "25 MiB", "0.25 MiB", "1,024 MiB". */
 function formatMiB(nbytes) {
   const mib = nbytes / 2 ** 20;

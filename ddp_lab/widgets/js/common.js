@@ -198,6 +198,22 @@ function formatFixed(x, decimals = 0, commas = true) {
   return (sign && /[1-9]/.test(text) ? sign : "") + text;
 }
 
+/** ddp_lab.widgets.allreduce_cost.format_seconds: "12.3 µs", "4.5 ms", "1.2 s"
+ *  (the cost models of Chapters 6, 8 and 12). */
+function formatSeconds(seconds) {
+  if (seconds < 1e-3) return `${formatG(seconds * 1e6, 3)} µs`;
+  if (seconds < 1) return `${formatG(seconds * 1e3, 3)} ms`;
+  return `${formatG(seconds, 3)} s`;
+}
+
+/** ddp_lab.draw.memory.describe_parameters: 7.5e9 -> "7.5B" (Chapters 12 and 15). */
+function describeParameters(count) {
+  for (const [size, suffix] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "K"]]) {
+    if (count >= size) return formatG(count / size, 3) + suffix;
+  }
+  return formatG(count, 3);
+}
+
 // ------------------------------------------------------------- charts
 
 /** A linear or log axis: a function from value to pixel, with ticks. */

@@ -27,14 +27,6 @@ function gb(nBytes) {
   return value < 100 ? `${formatG(value, 3)} GB` : `${formatFixed(value, 0)} GB`;
 }
 
-/** ddp_lab.draw.memory.describe_parameters: 7.5e9 -> "7.5B". */
-function describeParameters(count) {
-  for (const [size, suffix] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "K"]]) {
-    if (count >= size) return formatG(count / size, 3) + suffix;
-  }
-  return formatG(count, 3);
-}
-
 // ------------------------------------------------------------- the picture
 
 const STATES = ["parameters", "gradients", "optimizer"];
