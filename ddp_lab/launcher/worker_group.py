@@ -7,10 +7,14 @@ waits on all of them at once, so a reply, a print, a crash and the timeout
 are all noticed as soon as they happen.
 
 The ranks are forked from a forkserver (``ddp_lab.launcher.forkserver``).
+What they print is read as it comes, kept within bounds and, where someone
+watches, shown on a live line while they run (``ddp_lab.launcher.output``).
 
 The rendezvous store (where ranks find each other) is hosted here, in the
 notebook, on a loopback socket the operating system picked, exactly as
 torchrun's agent hosts it. Two notebooks launching at once get two ports.
+Ranks started by ``ddp_lab.spawn`` (``plan.style == "spawn"``) meet where
+their own code says instead, and no store is hosted for them.
 
 The machinery behind Chapter 3's ``launch``.
 """
@@ -34,7 +38,7 @@ from multiprocessing.connection import wait
 from ddp_lab.host import loopback_interface
 from ddp_lab.launcher import protocol, shutdown
 from ddp_lab.launcher.forkserver import forkserver_context
-from ddp_lab.launcher.output import RankOutput
+from ddp_lab.launcher.output import LiveLine, RankOutput
 from ddp_lab.launcher.run_result import Outcome
 from ddp_lab.launcher.where_stuck import (
     describe_where, rendezvous_arguments, timeout_hint, waiting_kind)
@@ -91,6 +95,7 @@ class RankProcesses:
         self._stacks = {}  # rank -> its answer to that question
         self._asked = set()  # ranks whose answer to that question is awaited
         self.stale_replies = 0  # replies dropped because they answered an older message
+        self._live = LiveLine()  # what the ranks print, shown while they run (output.py)
         # Under spawn the ranks' own code hosts its store (rank 0), where it chooses.
         self._store, self.port = (_loopback_store(plan.timeout) if plan.style == "torchrun"
                                   else (None, None))
@@ -202,6 +207,7 @@ class RankProcesses:
         job = self.job
         deadline = time.monotonic() + timeout
         look_at = None  # when to look where the unfinished ranks are
+        self._live.begin()
         while job.pending:
             now = time.monotonic()
             if look_at is None and (job.failures or job.died):
@@ -217,7 +223,8 @@ class RankProcesses:
                     break
                 look_at = time.monotonic() + BUSY_CHECK_INTERVAL
                 continue
-            self._wait_once(min(deadline, look_at or deadline) - now)
+            self._wait_once(min(deadline, look_at or deadline, now + self._live.wake_in()) - now)
+            self._live.draw([r.output for r in self._ranks])
         if job.pending and not job.unfinished:
             self._give_up(self._ask_where(job.pending))
         return job
@@ -329,7 +336,12 @@ class RankProcesses:
             r.output.feed(data)
 
     def take_output(self):
-        """Everything printed since the last call, one string per rank."""
+        """Everything printed since the last call, one string per rank.
+
+        The live line, if one was drawn, is taken back first: what is
+        printed next replaces it.
+        """
+        self._live.end()
         for r in self._ranks:
             self._read_output(r)
         return [r.output.take() for r in self._ranks]
