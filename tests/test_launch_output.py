@@ -1,6 +1,7 @@
 """What the ranks print: bounded, with \\r progress rendered in place, live while they run (issue 19)."""
 
 import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 import torch.distributed as dist
 
 import ddp_lab
+from ddp_lab.launcher import output as output_module
 from ddp_lab.launcher.output import KEEP_CHARS, RankOutput, split_lines, status_line
 
 MiB = 2 ** 20
@@ -103,6 +105,26 @@ def test_the_live_line_shows_each_ranks_latest_line_within_the_width():
     assert output.latest_line() == " 70%"
     assert status_line(["a" * 100, "", "b"], 40) == "[rank 0] aaaaaa... | [rank 2] b"
     assert status_line(["", ""], 40) == ""
+
+
+def test_a_shorter_live_line_covers_the_longer_one_and_the_end_blanks_it(monkeypatch):
+    """In a notebook a \\r overwrites character by character (JupyterLab, VS Code):
+    each line is padded to the longest drawn, and the end covers it with spaces."""
+    monkeypatch.setenv("DDP_LAB_LIVE_OUTPUT", "always")
+    monkeypatch.setattr(output_module, "LIVE_AFTER", 0.0)
+    monkeypatch.setattr(output_module, "LIVE_INTERVAL", 0.0)
+    written = io.StringIO()  # not a terminal
+    monkeypatch.setattr(sys, "stdout", written)
+    rank = RankOutput()
+    line = output_module.LiveLine()
+    line.begin()
+    rank.feed(b"a long first line\n")
+    line.draw([rank])
+    rank.feed(b"short\n")
+    line.draw([rank])
+    line.end()
+    assert written.getvalue() == ("\r[rank 0] a long first line" + "\r[rank 0] short" + " " * 12
+                                  + "\r" + " " * 26 + "\r")
 
 
 SCRIPT = """

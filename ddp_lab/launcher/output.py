@@ -16,13 +16,19 @@ with ``\\r`` ends as one line, its last state.
 **While the ranks run**, a person watching sees a *live line*: the latest
 line of each rank that printed, ``[rank 0] epoch 3 | [rank 1] epoch 3``,
 redrawn in place (``\\r``) at most every ``LIVE_INTERVAL`` seconds, from
-``LIVE_AFTER`` seconds into the call (quick calls never show one). The final
-rendering begins with a ``\\r`` and so replaces it: Jupyter front ends
-(JupyterLab, Notebook, Colab, VS Code) drop what a ``\\r`` overwrote, from
-the screen and from the saved notebook, and a terminal gets ``\\r`` and
-"erase line". Only one line, because a ``\\r`` can take back only the line
-it is on; a display with several lines (IPython's ``display_id``) would leave
-an empty output behind in the saved notebook and break nbval's comparison.
+``LIVE_AFTER`` seconds into the call (quick calls never show one). When the
+call ends, the line is overwritten with spaces and a ``\\r``, and the final
+rendering is written over it. What a ``\\r`` overwrote is dropped by nbval
+and nbclient (their stream coalescing, as in ``nbval/plugin.py``'s
+``coalesce_streams``), by myst-nb, and by JupyterLab and VS Code, which keep
+the end of a longer overwritten line (``fixCarriageReturn`` in their output
+models): there the first line of the final rendering may keep trailing
+spaces, which ``tests/nbval_sanitize.cfg`` ignores. A terminal gets ``\\r``
+and "erase line". Only one line, because a ``\\r`` can take back only the
+line it is on: a display with several lines (IPython's ``display_id``) would
+leave an empty output behind in the saved notebook, an output more than
+nbval expects.
+
 It is shown where someone watches: in a Jupyter kernel whose front end can
 answer ``input()`` (``allow_stdin``, which a person's front end sets and
 batch runners, ``jupyter execute``, nbclient and nbval, do not), or when
@@ -171,15 +177,13 @@ class LiveLine:
     """The live line of one call (see the module docstring): ``begin``, ``draw``, ``end``."""
 
     def __init__(self):
-        self._on = False
-        self._shown = False
+        self._drawn = 0  # the longest line drawn so far (0: none shown)
         self._next = float("inf")
 
     def begin(self):
         """A call starts: decide whether anyone watches, and when to draw first."""
-        self._on = live_output_wanted()
-        self._shown = False
-        self._next = time.monotonic() + LIVE_AFTER if self._on else float("inf")
+        self._drawn = 0
+        self._next = time.monotonic() + LIVE_AFTER if live_output_wanted() else float("inf")
 
     def wake_in(self):
         """Seconds until the line wants drawing (infinity when it is off)."""
@@ -193,20 +197,28 @@ class LiveLine:
         self._next = now + LIVE_INTERVAL
         line = status_line([output.latest_line() for output in outputs], _width())
         if line:
-            sys.stdout.write("\r" + _ERASE_LINE * _on_a_terminal() + line)
-            sys.stdout.flush()
-            self._shown = True
+            self._write(line)
 
     def end(self):
         """The call ended: take the line back, so what is printed next replaces it."""
-        if self._shown:
-            sys.stdout.write("\r" + _ERASE_LINE * _on_a_terminal())
+        if self._drawn:
+            self._write("")
+            sys.stdout.write("\r")
             sys.stdout.flush()
-        self._shown = False
+        self._drawn = 0
         self._next = float("inf")
 
-
-_ERASE_LINE = "\x1b[K"  # ANSI "erase to the end of the line"
+    def _write(self, line):
+        """Draw ``line`` over the last one. A terminal erases it ("\\x1b[K"); a
+        notebook front end overwrites character by character (JupyterLab and
+        VS Code: a shorter line would leave the end of the longer one), so the
+        line is padded with spaces to the longest drawn."""
+        if _on_a_terminal():
+            sys.stdout.write("\r\x1b[K" + line)
+        else:
+            sys.stdout.write("\r" + line.ljust(self._drawn))
+        sys.stdout.flush()
+        self._drawn = max(self._drawn, len(line))
 
 
 def status_line(latest, width):
