@@ -16,7 +16,8 @@ for torchrun:
 - ``protocol``: the messages between the notebook and its ranks (below);
   ``jobs``: what a job carries; ``serialize``: pickling by value;
 - ``run_result``: replies into values or the right exception; ``errors``: those exceptions;
-- ``output``: the ranks' prints, rank by rank; ``where_stuck``: where a hung rank waits;
+- ``output``: the ranks' prints, live while they run, then rank by rank;
+  ``where_stuck``: where a hung rank waits, and what that means;
 - ``forkserver`` (and ``forkserver_preload``): the process every rank is forked from;
 - ``shutdown``: nothing outlives the notebook (exit, kernel shutdown);
 - ``persistent`` and ``magic``: ``Ranks`` and ``%%ddp``, ranks that stay between cells.
