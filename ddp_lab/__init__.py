@@ -4,6 +4,8 @@ The companion package of the book. The pieces a chapter uses:
 
 - ``launch(fn, world_size)``: run a function on W fresh ranks, get their results;
   ``start_forkserver()`` makes even the first launch fast.
+- ``spawn(fn, args, nprocs)``: code written for ``torch.multiprocessing.spawn``
+  (``fn(rank, *args)``, its own ``init_process_group``), run from a cell (Chapter 3).
 - ``Ranks(world_size)`` and the ``%%ddp`` cell magic (``%load_ext ddp_lab``):
   ranks that stay alive between cells, for interactive work.
 - ``RankFailed``, ``RankDied``, ``RanksTimedOut``: what a launch can raise.
@@ -38,7 +40,7 @@ from ddp_lab.launcher import EXPORTS as _LAUNCHER_EXPORTS  # light: names, no im
 from ddp_lab.lazy import lazy_exports
 
 _EXPORTS = {
-    **_LAUNCHER_EXPORTS,  # launch, start_forkserver, Ranks and the errors
+    **_LAUNCHER_EXPORTS,  # launch, spawn, start_forkserver, Ranks and the errors
     "Topology": "ddp_lab.topology",
     "Process": "ddp_lab.topology",
     "devices_for": "ddp_lab.devices",

@@ -68,6 +68,34 @@ def test_a_hung_collective_ends_with_a_timeout_that_says_where():
     assert "ranks 0, 1 did not finish within 2 s" in str(error)
 
 
+def sleeps():
+    time.sleep(3600)
+
+
+def both_send_first():
+    dist.send(torch.ones(1), dst=1 - dist.get_rank())
+
+
+def one_all_reduces():
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))
+    else:
+        time.sleep(3600)
+
+
+@pytest.mark.parametrize("work, hint", [
+    (sleeps, "No rank was waiting for another: they were still running their own code"),
+    (both_send_first, "A rank that waits in send() or recv() is waiting for its partner"),
+    (one_all_reduces, "A rank that waits in a collective is waiting for a rank that never joined it"),
+])
+def test_the_hint_speaks_of_collectives_only_when_a_collective_is_involved(work, hint):
+    with pytest.raises(ddp_lab.RanksTimedOut) as caught:
+        ddp_lab.launch(work, 2, timeout=1.5)
+    last_line = str(caught.value).splitlines()[-1]
+    assert last_line.startswith(hint) and caught.value.hint == last_line
+    assert ("collective" in last_line) == (work is one_all_reduces)
+
+
 def test_the_default_timeout_is_finite():
     import inspect
 
@@ -277,7 +305,7 @@ def test_the_errors_can_be_pickled():
     errors = [ddp_lab.RankFailed(1, "ValueError", "bad", "Traceback ...", other_failures={2: "ValueError: bad"},
                                  still_running={0: "waiting in barrier()"}),
               ddp_lab.RankDied(1, -9), ddp_lab.RankDied(0, -11, between_calls=True),
-              ddp_lab.RanksTimedOut(2.0, {0: "waiting in all_reduce()"})]
+              ddp_lab.RanksTimedOut(2.0, {0: "waiting in all_reduce()"}, "A hint.")]
     for error in errors:
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)

@@ -57,12 +57,36 @@ def test_ranks_stuck_behind_a_failure_are_stopped_and_restart_cleanly(ranks, cap
     assert ranks.pids != pids and ranks.run(lambda: 5) == [5, 5, 5]
 
 
-def test_a_hung_cell_times_out_and_says_where(ranks):
+def test_a_hung_cell_times_out_and_says_where(ranks, capsys):
     with pytest.raises(TimeoutError) as caught:
         ranks.execute("if rank == 0:\n    dist.all_reduce(torch.ones(1))", timeout=1.5)
     assert sorted(caught.value.unfinished) == [0]
     assert "all_reduce()" in caught.value.unfinished[0]
     assert not ranks.running and not rank_processes()
+    # what was lost, and what to do, in the error and in the cell's output
+    assert str(caught.value).endswith(
+        "The ranks were stopped, and the variables they held are gone: %ddp restart "
+        "(or ranks.restart()) starts fresh ones; then run again the cells that made "
+        "the variables you need.")
+    assert "and their variables are gone; %ddp restart" in capsys.readouterr().out
+
+
+def test_push_gives_every_rank_the_notebooks_values(ranks, capsys):
+    offset = 10
+
+    def shifted(x):
+        return x + offset
+
+    ranks.push(shifted=shifted, base=torch.tensor([1.0]))
+    capsys.readouterr()
+    ranks.execute("print(shifted(rank), base + rank)")
+    assert capsys.readouterr().out == "".join(
+        f"[rank {r}] {10 + r} tensor([{1 + r}.])\n" for r in range(3))
+    with pytest.raises(TypeError, match="lock \\(lock\\) cannot be pickled"):
+        ranks.push(lock=threading.Lock())
+    with pytest.raises(ValueError, match="'no name' cannot be a variable name"):
+        ranks.push(**{"no name": 1})
+    assert ranks.pull("base")[2].item() == 1.0
 
 
 def test_interrupting_a_cell_keeps_the_ranks(ranks):

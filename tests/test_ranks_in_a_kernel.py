@@ -15,12 +15,15 @@ class Kernel:
     def __init__(self):
         self.manager, self.client = start_new_kernel()
 
-    def run(self, code, *, interrupt_at=(), timeout=60):
+    def run(self, code, *, interrupt_at=(), timeout=60, allow_stdin=True, on_stream=None):
         """Run a cell, interrupting the kernel at each time (seconds after it started).
 
-        Returns (status, what it printed, the name of the exception or None).
+        ``allow_stdin`` is what a person's front end sends (True) or a batch
+        runner's (nbclient, nbval: False); ``on_stream`` sees what was printed
+        so far each time more comes. Returns (status, what it printed, the
+        name of the exception or None).
         """
-        msg_id = self.client.execute(code)
+        msg_id = self.client.execute(code, allow_stdin=allow_stdin)
         start = time.monotonic()
         for at in interrupt_at:
             time.sleep(max(0.0, start + at - time.monotonic()))
@@ -33,6 +36,8 @@ class Kernel:
             kind, content = message["msg_type"], message["content"]
             if kind == "stream":
                 printed.append(content["text"])
+                if on_stream is not None:
+                    on_stream("".join(printed))
             elif kind == "error":
                 error = content["ename"]
                 printed.append(content["evalue"])
@@ -104,3 +109,80 @@ def test_a_rank_killed_between_cells_is_named_and_the_cell_runs_nowhere(kernel, 
     assert "stopped (rank 1 was killed by signal SIGKILL" in kernel.ok("%ddp status")
     kernel.ok("%ddp restart")
     assert kernel.ok("%%ddp\nrank") == EACH_RANK.format(0, 1)
+
+
+WAITS = """
+import os, time
+import torch.distributed as dist
+import ddp_lab
+
+def waits(go, linger):
+    print(f"rank {{dist.get_rank()}} waiting", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.05)
+    time.sleep(linger)
+    print(f"rank {{dist.get_rank()}} went")
+
+ddp_lab.launch(waits, 2, args=({go!r}, {linger}), backend="gloo", timeout=20)
+"""
+WAITS_OUTPUT = ("[rank 0] rank 0 waiting\n[rank 0] rank 0 went\n"
+                "[rank 1] rank 1 waiting\n[rank 1] rank 1 went\n")
+LIVE = "\r[rank 0] rank 0 waiting | [rank 1] rank 1 waiting"
+
+
+def as_saved(text):
+    """What nbval compares (and a front end keeps): its coalescing drops what a \\r overwrote."""
+    from nbformat import NotebookNode
+    from nbval.plugin import coalesce_streams
+
+    return coalesce_streams([NotebookNode(output_type="stream", name="stdout", text=text)])[0].text
+
+
+def test_a_person_sees_the_ranks_lines_while_they_run_and_the_saved_output_is_unchanged(
+        kernel, tmp_path):
+    go = tmp_path / "go"
+    seen = []
+
+    def go_once_the_line_shows(printed):
+        if LIVE in printed and not seen:
+            seen.append(printed)
+            go.touch()  # the ranks wait for this file: the launch has not ended
+
+    status, printed, _ = kernel.run(WAITS.format(go=str(go), linger=0),
+                                    on_stream=go_once_the_line_shows)
+    assert status == "ok" and seen, printed
+    assert "went" not in seen[0]
+    assert printed.startswith(LIVE) and printed.endswith("\r" + WAITS_OUTPUT)
+    assert as_saved(printed) == WAITS_OUTPUT
+
+
+def test_no_live_line_for_a_batch_runner(kernel, tmp_path):
+    go = tmp_path / "go"
+    go.touch()  # the ranks print, then run 1.5 s more: long enough for a live line
+    status, printed, _ = kernel.run(WAITS.format(go=str(go), linger=1.5), allow_stdin=False)
+    assert status == "ok" and printed == WAITS_OUTPUT  # no \r: nbclient and nbval save it as before
+
+
+def test_push_sends_notebook_code_to_the_ranks_of_ddp_start(kernel):
+    kernel.ok("%ddp start 2 --backend gloo")
+    kernel.ok("def shout(text):\n    return text.upper() + '!'\nword = 'hi'")
+    status, printed, error = kernel.run("%%ddp\nshout(word)")
+    # a %%ddp cell sees the ranks' variables, not the notebook's
+    assert error == "RankFailed" and "NameError: name 'shout' is not defined" in printed
+    kernel.ok("%ddp push shout word")
+    assert kernel.ok("%%ddp\nshout(word) + str(rank)") == EACH_RANK.format("'HI!0'", "'HI!1'")
+    status, printed, error = kernel.run("%ddp push nowhere")
+    assert error == "NameError" and "no variable named nowhere in the notebook" in printed
+
+
+def test_a_cell_past_its_timeout_says_the_variables_are_gone(kernel):
+    kernel.ok("%ddp start 2 --backend gloo")
+    kernel.ok("%%ddp\nz = rank")
+    status, printed, error = kernel.run("%%ddp --timeout 1\nimport time\ntime.sleep(3600)")
+    assert error == "RanksTimedOut"
+    assert "their variables are gone; %ddp restart (or ranks.restart()) starts fresh ones" in printed
+    assert "the variables they held are gone: %ddp restart" in printed
+    assert "collective" not in printed  # they were sleeping, not waiting for each other
+    kernel.ok("%ddp restart")
+    status, printed, error = kernel.run("%%ddp\nz")
+    assert error == "RankFailed" and "NameError: name 'z' is not defined" in printed

@@ -8,14 +8,16 @@ a chapter shows runs unchanged under torchrun. The names follow torch
 elastic's (``torch.distributed.elastic``), whose agent does the same job
 for torchrun:
 
-- ``api``: ``launch(fn, world_size)``, the function every chapter calls;
+- ``api``: ``launch(fn, world_size)``, the function every chapter calls, and
+  ``spawn(fn, args, nprocs)``, for code written for ``torch.multiprocessing.spawn``;
 - ``config``: the launch config, checked before anything starts;
 - ``worker_group``: the W rank processes of one launch, started, watched and stopped;
 - ``worker``: what runs inside each rank; ``worker_env``: the torchrun variables it sees;
 - ``protocol``: the messages between the notebook and its ranks (below);
   ``jobs``: what a job carries; ``serialize``: pickling by value;
 - ``run_result``: replies into values or the right exception; ``errors``: those exceptions;
-- ``output``: the ranks' prints, rank by rank; ``where_stuck``: where a hung rank waits;
+- ``output``: the ranks' prints, live while they run, then rank by rank;
+  ``where_stuck``: where a hung rank waits, and what that means;
 - ``forkserver`` (and ``forkserver_preload``): the process every rank is forked from;
 - ``shutdown``: nothing outlives the notebook (exit, kernel shutdown);
 - ``persistent`` and ``magic``: ``Ranks`` and ``%%ddp``, ranks that stay between cells.
@@ -29,6 +31,7 @@ kind           from -> to                  answered by
 ``call``       notebook -> rank (a job)    ``done`` (the value) or ``failed``
 ``exec``       notebook -> rank (a job)    ``done`` (None) or ``failed``
 ``pull``       notebook -> rank (a job)    ``done`` ({name: value}) or ``failed``
+``push``       notebook -> rank (a job)    ``done`` (None) or ``failed``
 ``interrupt``  notebook -> rank            the job's own reply (KeyboardInterrupt)
 ``where``      notebook -> rank            ``stack``: the main thread's stack
 ``exit``       notebook -> rank            nothing: the rank leaves and exits
@@ -39,6 +42,7 @@ from ddp_lab.lazy import lazy_exports
 
 EXPORTS = {  # also what ddp_lab itself exports from here
     "launch": "ddp_lab.launcher.api",
+    "spawn": "ddp_lab.launcher.api",
     "start_forkserver": "ddp_lab.launcher.forkserver",
     "Ranks": "ddp_lab.launcher.persistent",
     "LaunchError": "ddp_lab.launcher.errors",

@@ -1,4 +1,4 @@
-"""``launch``: run a function on W real ranks from a notebook cell (Chapter 3 on).
+"""``launch`` and ``spawn``: run a function on W real ranks from a notebook cell (Chapter 3 on).
 
     >>> import ddp_lab, torch, torch.distributed as dist
     >>> def total(x):
@@ -14,6 +14,13 @@ classes and modules from earlier cells included): it is sent to the ranks
 environment torchrun gives (RANK, LOCAL_RANK, WORLD_SIZE, ...) and, unless ``init_process_group=False``,
 an initialised default process group. What the ranks print appears in the
 cell, rank by rank; what they return comes back as a list indexed by rank.
+
+``spawn(fn, args, nprocs)`` is ``torch.multiprocessing.spawn`` for code
+written for it: ``fn(rank, *args)``, no group initialised, and the ranks
+meet where that code says (its own ``MASTER_PORT`` or ``init_method``).
+Code written for torchrun (``init_process_group()`` reading ``RANK``,
+``MASTER_PORT``, ... from the environment) runs with
+``launch(fn, W, init_process_group=False)``.
 
 Nothing outlives a launch: when it returns or raises, every rank process has
 exited and the rendezvous port is closed. So has every process a rank started
@@ -66,12 +73,86 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
     plan = make_plan(world_size, backend=backend, nodes=nodes, threads=threads,
                      timeout=timeout, init_process_group=init_process_group)
     job = (protocol.CALL, pickle_call(fn, args, kwargs), {})  # cells' lines go in the setup
+    return run_ranks(plan, job)
+
+
+def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", *,
+          timeout=DEFAULT_TIMEOUT, threads=None):
+    """``torch.multiprocessing.spawn``, from a notebook cell: ``fn(rank, *args)`` on ``nprocs`` ranks.
+
+    For code written for ``mp.spawn`` (PyTorch's "Writing Distributed
+    Applications" tutorial, say), unchanged: ``fn`` gets its rank as first
+    argument, no process group is initialised for it, and it meets the
+    others where it says, as under ``mp.spawn``: its own ``MASTER_ADDR`` and
+    ``MASTER_PORT`` (set in ``fn`` or inherited from the notebook) with
+    ``init_process_group(backend, rank=rank, world_size=size)``, or an
+    ``init_method`` such as ``"tcp://127.0.0.1:29500"`` or ``"file:///..."``.
+    Rank 0 hosts the store there (``ddp_lab.launcher.worker_env.spawn_environment``
+    says why ``launch`` cannot). Chapter 3 runs the tutorial's code this way.
+
+    What ``mp.spawn`` cannot do from a notebook, this does as ``launch``
+    does: ``fn`` may be defined in a cell, what the ranks print is shown
+    under the cell rank by rank, a rank that raises raises ``RankFailed``
+    here, and ranks still running after ``timeout`` seconds are stopped
+    with ``RanksTimedOut``, which says where each one waited: a rank
+    waiting in ``init_process_group`` for ranks that never come (a
+    ``world_size`` that is not ``nprocs``, two ranks choosing different
+    ports) is named with the values it passed.
+
+    Args:
+        fn: called as ``fn(rank, *args)`` on every rank, rank from 0 to ``nprocs - 1``.
+        args: a tuple (or list), the same on every rank.
+        nprocs: how many rank processes to start.
+        join: must be True: ``spawn`` waits for the ranks, so that their
+            output and errors reach the cell (``mp.spawn(join=False)``
+            returns a handle instead; use ``ddp_lab.Ranks`` for ranks
+            that stay).
+        daemon, start_method: accepted as ``mp.spawn`` accepts them, and
+            change nothing: the ranks are forked from ``ddp_lab``'s
+            forkserver (a fresh interpreter would not find a function
+            defined in a cell), and none outlives the call.
+        timeout, threads: as for ``launch``.
+
+    Returns:
+        None, as ``mp.spawn(join=True)``; what ``fn`` returns is dropped.
+    """
+    _check_spawn_options(args, join, daemon, start_method)
+    plan = make_plan(nprocs, backend="gloo", threads=threads, timeout=timeout,
+                     init_process_group=False, style="spawn", world_size_name="nprocs")
+    jobs = [(protocol.CALL, pickle_call(fn, (rank, *args)), {}) for rank in range(nprocs)]
+    run_ranks(plan, jobs)
+
+
+START_METHODS = ("spawn", "fork", "forkserver")
+
+
+def _check_spawn_options(args, join, daemon, start_method):
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"args must be a tuple, got {type(args).__name__}: {args!r}")
+    if join is not True:
+        raise ValueError(
+            f"join={join!r}: ddp_lab.spawn always waits for its ranks (join=True), so that "
+            "what they print and raise reaches the cell; for ranks that stay alive between "
+            "cells, use ddp_lab.Ranks")
+    if not isinstance(daemon, bool):
+        raise TypeError(f"daemon must be True or False, got {daemon!r}")
+    if start_method not in START_METHODS:
+        raise ValueError(f"unknown start_method {start_method!r}: use one of "
+                         f"{', '.join(map(repr, START_METHODS))} (each runs the same here)")
+
+
+def run_ranks(plan, first_job):
+    """Start the ranks with their first job, collect the replies, stop the ranks.
+
+    ``first_job`` is one job for every rank, or a list of one per rank. Shows
+    what the ranks printed, then returns the results by rank or raises.
+    """
     ranks = None
     try:
         # Ctrl-C while the ranks start waits until they have (a second at most):
         # a rank started but not yet known here could not be stopped.
         with interrupts_deferred():
-            ranks = RankProcesses(plan, first_job=job, source_lines=interactive_sources())
+            ranks = RankProcesses(plan, first_job=first_job, source_lines=interactive_sources())
         outcome = ranks.collect(plan.timeout)
         if outcome.ok:
             ranks.close()

@@ -16,6 +16,11 @@ from ddp_lab.host import available_cores, cuda_device_count
 from ddp_lab.validate import check_positive_int, is_number
 
 BACKENDS = ("auto", "gloo", "nccl")
+# How the ranks meet (``Plan.style``): "torchrun", the launcher hosts the
+# store and sets torchrun's variables (``launch``, ``Ranks``); "spawn", as
+# under ``torch.multiprocessing.spawn``, the ranks' own code chooses where to
+# meet (``ddp_lab.spawn``).
+STYLES = ("torchrun", "spawn")
 DEFAULT_TIMEOUT = 60.0
 # Every timeout (a launch's, a Ranks call's, a %%ddp cell's) is at most a
 # week. Waiting on the ranks' pipes counts in milliseconds held in a C int,
@@ -36,6 +41,7 @@ class Plan:
     threads: int
     timeout: float
     init_process_group: bool
+    style: str = "torchrun"
 
     @property
     def ranks_per_node(self):
@@ -43,10 +49,17 @@ class Plan:
 
 
 def make_plan(world_size, *, backend="auto", nodes=1, threads=None,
-              timeout=DEFAULT_TIMEOUT, init_process_group=True):
-    """Check the arguments of a launch and resolve ``backend="auto"``."""
-    check_positive_int("world_size", world_size, MAX_WORLD_SIZE,
-                        "processes on this one machine")
+              timeout=DEFAULT_TIMEOUT, init_process_group=True, style="torchrun",
+              world_size_name="world_size"):
+    """Check the arguments of a launch and resolve ``backend="auto"``.
+
+    ``world_size_name`` is what the caller calls the number of ranks
+    (``spawn`` says ``nprocs``, as ``torch.multiprocessing.spawn`` does).
+    """
+    check_positive_int(world_size_name, world_size, MAX_WORLD_SIZE,
+                       "processes on this one machine")
+    if style not in STYLES:
+        raise ValueError(f"unknown style {style!r}: use one of {', '.join(map(repr, STYLES))}")
     check_positive_int("nodes", nodes)
     if world_size % nodes:
         raise ValueError(
@@ -62,6 +75,7 @@ def make_plan(world_size, *, backend="auto", nodes=1, threads=None,
         threads=threads or threads_per_rank(world_size),
         timeout=timeout,
         init_process_group=bool(init_process_group),
+        style=style,
     )
 
 

@@ -108,25 +108,27 @@ class RanksTimedOut(LaunchError, TimeoutError):
         timeout: the timeout in seconds.
         unfinished: ``{rank: where}``, where ``where`` says what the rank was
             doing when it was stopped (e.g. waiting in ``all_reduce``).
+        hint: what those waits mean, the message's last lines: a collective
+            some rank never called, a send with no receive, ranks that never
+            came to ``init_process_group`` (``ddp_lab.launcher.where_stuck``).
     """
 
-    def __init__(self, timeout, unfinished):
+    def __init__(self, timeout, unfinished, hint=""):
         self.timeout = timeout
         self.unfinished = dict(unfinished)
+        self.hint = hint
         ranks = ", ".join(str(r) for r in sorted(self.unfinished))
         lines = [f"ranks {ranks} did not finish within {timeout:g} s and were stopped"]
         if len(self.unfinished) == 1:
             lines[0] = lines[0].replace("ranks", "rank", 1).replace("were", "was")
         for rank in sorted(self.unfinished):
             lines.append(f"  rank {rank}: {self.unfinished[rank]}")
-        lines.append(
-            "A rank that waits in a collective is waiting for a rank that never "
-            "joined it: check that every rank calls the same collectives in the same order."
-        )
+        if hint:
+            lines.append(hint)
         super().__init__("\n".join(lines))
 
     def __reduce__(self):
-        return type(self), (self.timeout, self.unfinished)
+        return type(self), (self.timeout, self.unfinished, self.hint)
 
 
 def _signal_name(number):

@@ -44,6 +44,25 @@ def _unpicklable_part(fn, args, kwargs):
     return TypeError("(fn, args, kwargs) cannot be pickled")
 
 
+def pickle_values(values):
+    """Pickle ``{name: value}`` by value for ``Ranks.push``, naming what cannot go."""
+    for name in values:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"{name!r} cannot be a variable name: use a Python identifier")
+    try:
+        return serialize.dumps(dict(values))
+    except Exception:
+        pass
+    for name, value in values.items():
+        try:
+            serialize.dumps(value)
+        except Exception as error:
+            raise TypeError(
+                f"{name} ({type(value).__name__}) cannot be pickled, so it cannot be sent "
+                f"to the ranks: {error}. Create it in a %%ddp cell instead.") from error
+    raise TypeError("these values cannot be pickled together")
+
+
 def interactive_sources():
     """Source lines of code typed into notebook cells, for remote tracebacks.
 

@@ -13,7 +13,9 @@
 Line magic commands: ``start N [--backend B] [--nodes K] [--threads T]
 [--timeout S]`` (checked before running ranks are replaced), ``stop``,
 ``restart``, ``status`` (running or stopped, and why: a rank that died is
-named with its signal). The cell magic takes
+named with its signal), ``push NAME ...`` (the notebook's variables, sent by
+value, become the ranks' own: this is how a function defined in an ordinary
+cell reaches ``%%ddp`` cells, which see only the ranks' variables). The cell magic takes
 ``--timeout S``. Every cell runs on every rank, in the ranks' own variables
 (``torch``, ``dist``, ``rank``, ``world_size``, ``local_rank`` to begin with).
 
@@ -37,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _line_parser():
     parser = _Parser(prog="%ddp", add_help=False)
-    parser.add_argument("command", choices=["start", "stop", "restart", "status"])
+    parser.add_argument("command", choices=["start", "stop", "restart", "status", "push"])
     parser.add_argument("world_size", nargs="?", type=int)
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--nodes", type=int, default=1)
@@ -60,7 +62,11 @@ class DDPMagics(Magics):
 
     @line_magic
     def ddp(self, line):
-        args = _line_parser().parse_args(shlex.split(line))
+        words = shlex.split(line)
+        if words[:1] == ["push"]:
+            self._push(words[1:])
+            return
+        args = _line_parser().parse_args(words)
         if args.command == "start":
             self._start(args)
         elif args.command == "stop":
@@ -70,6 +76,16 @@ class DDPMagics(Magics):
             self._require_ranks().restart()
         else:
             print(self.ranks if self.ranks is not None else "no ranks started")
+
+    def _push(self, names):
+        """``%ddp push NAME ...``: the notebook's variables, by value, on every rank."""
+        if not names:
+            raise ValueError("%ddp push needs the names of notebook variables, e.g. %ddp push train data")
+        namespace = self.shell.user_ns
+        missing = [name for name in names if name not in namespace]
+        if missing:
+            raise NameError(f"%ddp push: no variable named {', '.join(missing)} in the notebook")
+        self._require_ranks().push(**{name: namespace[name] for name in names})
 
     def _start(self, args):
         """Start new ranks; a typo must not cost the running ones their variables.

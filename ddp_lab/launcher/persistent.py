@@ -9,6 +9,7 @@ from one cell to the next, like ipyparallel's engines::
     ranks.execute("t = torch.ones(2) * rank")   # runs on every rank
     ranks.execute("dist.all_reduce(t); t")      # prints each rank's t
     ranks.pull("t")                             # [tensor, tensor, ...]
+    ranks.push(f=f)                             # a notebook function, now on every rank
     ranks.stop()
 
 The ``%%ddp`` cell magic (``ddp_lab.launcher.magic``) is a thin layer over this class.
@@ -34,13 +35,17 @@ import time
 from ddp_lab.launcher import protocol
 from ddp_lab.launcher.config import DEFAULT_TIMEOUT, check_timeout, make_plan
 from ddp_lab.launcher.errors import RankDied, describe_exit
-from ddp_lab.launcher.jobs import interactive_sources, pickle_call
+from ddp_lab.launcher.jobs import interactive_sources, pickle_call, pickle_values
 from ddp_lab.launcher.output import show
 from ddp_lab.launcher.run_result import raise_for, unpickle_results
 from ddp_lab.launcher.worker_group import RankProcesses, interrupts_deferred
 
 # How long ranks get to answer Ctrl-C before they are stopped.
 INTERRUPT_GRACE = 1.0
+# The last line of RanksTimedOut from persistent ranks: what was lost, what next.
+VARIABLES_GONE = ("The ranks were stopped, and the variables they held are gone: %ddp restart "
+                  "(or ranks.restart()) starts fresh ones; then run again the cells that made "
+                  "the variables you need.")
 
 _cell_numbers = itertools.count(1)
 
@@ -124,6 +129,17 @@ class Ranks:
         return self._call(timeout, protocol.CALL, pickle_call(fn, args, kwargs),
                           interactive_sources())
 
+    def push(self, *, timeout=None, **values):
+        """Give every rank these variables: ``ranks.push(train=train, data=data)``.
+
+        This is how Python from ordinary notebook cells reaches the ranks: a
+        function, class or value defined in the notebook is sent by value
+        (cloudpickle, as ``run`` sends its function) and becomes a variable
+        of every rank, for the cells that follow. ``%ddp push NAME ...`` does
+        the same for the ranks of ``%ddp start``.
+        """
+        self._call(timeout, protocol.PUSH, pickle_values(values))
+
     def pull(self, *names, timeout=None):
         """Fetch variables from every rank: one value (or tuple) per rank."""
         results = self._call(timeout, protocol.PULL, names)
@@ -166,6 +182,7 @@ class Ranks:
             raise
         if outcome.unfinished or outcome.died:
             self._abandon(_why_stopped(outcome, timeout))
+            outcome.hint = "\n".join(filter(None, [outcome.hint, VARIABLES_GONE]))
         show(processes.take_output())
         self._say_if_stopped()
         raise_for(outcome, timeout)
@@ -215,8 +232,8 @@ class Ranks:
 
     def _say_if_stopped(self):
         if not self.running and self._stopped_because:
-            print(f"ddp_lab: the ranks were stopped ({self._stopped_because}); "
-                  "ranks.restart() (or %ddp restart) starts fresh ones")
+            print(f"ddp_lab: the ranks were stopped ({self._stopped_because}) and their "
+                  "variables are gone; %ddp restart (or ranks.restart()) starts fresh ones")
 
     def __enter__(self):
         return self.start()

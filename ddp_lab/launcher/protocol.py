@@ -19,6 +19,7 @@ kind          fields after the kind                answered by
 ``exec``      job id, source, file name            ``done`` (None) or ``failed``
 ``pull``      job id, variable names               ``done`` ({name: value}) or
                                                    ``failed``
+``push``      job id, pickled {name: value}        ``done`` (None) or ``failed``
 ``interrupt`` job id                               nothing: the job's own reply
                                                    says KeyboardInterrupt
 ``where``     query id                             ``stack``
@@ -33,7 +34,8 @@ kind          fields after the kind
 ============  ===================================================
 ``done``      job id, the pickled result
 ``failed``    job id, what was raised (see ``worker._failure_reply``)
-``stack``     query id, the main thread's stack as (file, line, function, code)
+``stack``     query id, the main thread's stack as (file, line, function, code,
+              rendezvous arguments): see ``where_stuck.main_thread_stack``
 ============  ===================================================
 
 Job ids and query ids come from one counter per launch, so no two messages
@@ -48,7 +50,8 @@ from __future__ import annotations
 CALL = "call"
 EXEC = "exec"
 PULL = "pull"
-JOBS = (CALL, EXEC, PULL)
+PUSH = "push"
+JOBS = (CALL, EXEC, PULL, PUSH)
 
 # Handled by the rank's reader thread at once, even while a job runs.
 INTERRUPT = "interrupt"

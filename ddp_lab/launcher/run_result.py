@@ -28,6 +28,7 @@ class Outcome:
     died: dict = field(default_factory=dict)       # rank -> exit code
     unfinished: dict = field(default_factory=dict)  # rank -> where it was
     in_collective: set = field(default_factory=set)  # unfinished ranks waiting in torch.distributed
+    hint: str = ""  # what their waits mean (where_stuck.timeout_hint)
     timed_out: bool = False
 
     @property
@@ -66,7 +67,7 @@ def raise_for(outcome, timeout):
         raise RankFailed(rank, info["exc_type"], info["message"], info["traceback"],
                          exception=exception, other_failures=others,
                          still_running=outcome.unfinished)
-    raise RanksTimedOut(timeout, outcome.unfinished)
+    raise RanksTimedOut(timeout, outcome.unfinished, outcome.hint)
 
 
 def _unpickle_or_none(data):

@@ -75,7 +75,7 @@ def stop_all_worker_groups():
 
 def stop_helpers_with_the_kernel():
     """In a Jupyter kernel, stop the helpers when the kernel shuts down."""
-    shell = _kernel_shell()
+    shell = kernel_shell()
     if shell is None or id(shell) in _watched_shells:
         return
     _watched_shells.add(id(shell))
@@ -130,7 +130,7 @@ def _quietly(fn, *args):
         pass
 
 
-def _kernel_shell():
+def kernel_shell():
     """The IPython shell if this process is a Jupyter kernel, else None.
 
     Looked up, not imported: a script that never loaded IPython is no kernel,

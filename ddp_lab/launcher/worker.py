@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from ddp_lab.launcher import protocol, serialize
+from ddp_lab.launcher.where_stuck import main_thread_stack
 
 # How often Ctrl-C is sent again until the job's main thread has seen it.
 CTRL_C_AGAIN = 0.05
@@ -143,7 +144,7 @@ class Inbox:
                 _flush_all_output()
                 _stop_everything_here()
             if message[0] == protocol.WHERE:
-                self._send((protocol.STACK, message[1], _main_thread_stack()))
+                self._send((protocol.STACK, message[1], main_thread_stack()))
             elif message[0] == protocol.INTERRUPT:
                 self._interrupt(message[1])
             else:
@@ -194,6 +195,10 @@ def _run(job, namespace):
         elif kind == protocol.PULL:
             (names,) = fields
             result = {name: namespace[name] for name in names}
+        elif kind == protocol.PUSH:
+            (pickled_values,) = fields
+            namespace.update(serialize.loads(pickled_values))
+            result = None
         else:
             raise ValueError(f"unknown job kind {kind!r}")
     except BaseException:  # SystemExit and KeyboardInterrupt are reported too
@@ -362,14 +367,6 @@ def _ctrl_c_children():
                 child.send_signal(signal.SIGINT)
         except (OSError, psutil.Error):  # it just exited
             pass
-
-
-def _main_thread_stack():
-    """The main thread's stack as (filename, line number, function, code)."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    if frame is None:
-        return []
-    return [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_stack(frame)]
 
 
 _libc = ctypes.CDLL(None)

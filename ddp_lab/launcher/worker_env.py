@@ -50,3 +50,34 @@ def torchrun_environment(rank, world_size, *, nodes=1, master_addr="127.0.0.1",
         "TORCHELASTIC_USE_AGENT_STORE": True,
     }
     return {name: str(value) for name, value in values.items()}
+
+
+def spawn_environment(notebook_env, rank, world_size):
+    """What a rank of ``ddp_lab.spawn`` sees: the notebook's environment, as under mp.spawn.
+
+    ``torch.multiprocessing.spawn`` sets no variable: its processes inherit
+    the parent's environment, and the function chooses where to meet
+    (``MASTER_ADDR``/``MASTER_PORT``, or an ``init_method``). So does
+    ``ddp_lab.spawn``, with two changes:
+
+    - every ``TORCHELASTIC_*`` variable is removed. With
+      ``TORCHELASTIC_USE_AGENT_STORE=True`` (which ``launch`` sets, as
+      torchrun does), ``init_process_group`` connects every rank, rank 0
+      included, as a *client* to a store it expects the launcher to host
+      (``torch/distributed/rendezvous.py``, ``_create_c10d_store``); with
+      the ranks' own address and port nobody hosts it, and they wait until
+      the timeout. Without the variable rank 0 hosts the store, as the
+      mp.spawn tutorials expect;
+    - ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` are
+      set (one node), so ``init_process_group("gloo")`` without ``rank=``
+      and ``world_size=`` works too once an address is chosen.
+
+    >>> env = spawn_environment({"TORCHELASTIC_USE_AGENT_STORE": "True", "HOME": "/root"}, 1, 2)
+    >>> sorted(env.items())
+    [('HOME', '/root'), ('LOCAL_RANK', '1'), ('LOCAL_WORLD_SIZE', '2'), ('RANK', '1'), ('WORLD_SIZE', '2')]
+    """
+    env = {name: value for name, value in notebook_env.items()
+           if not name.startswith("TORCHELASTIC_")}
+    env.update(RANK=str(rank), WORLD_SIZE=str(world_size),
+               LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
+    return env

@@ -7,10 +7,14 @@ waits on all of them at once, so a reply, a print, a crash and the timeout
 are all noticed as soon as they happen.
 
 The ranks are forked from a forkserver (``ddp_lab.launcher.forkserver``).
+What they print is read as it comes, kept within bounds and, where someone
+watches, shown on a live line while they run (``ddp_lab.launcher.output``).
 
 The rendezvous store (where ranks find each other) is hosted here, in the
 notebook, on a loopback socket the operating system picked, exactly as
 torchrun's agent hosts it. Two notebooks launching at once get two ports.
+Ranks started by ``ddp_lab.spawn`` (``plan.style == "spawn"``) meet where
+their own code says instead, and no store is hosted for them.
 
 The machinery behind Chapter 3's ``launch``.
 """
@@ -34,11 +38,12 @@ from multiprocessing.connection import wait
 from ddp_lab.host import loopback_interface
 from ddp_lab.launcher import protocol, shutdown
 from ddp_lab.launcher.forkserver import forkserver_context
-from ddp_lab.launcher.output import RankOutput
+from ddp_lab.launcher.output import LiveLine, RankOutput
 from ddp_lab.launcher.run_result import Outcome
-from ddp_lab.launcher.where_stuck import describe_where, waits_in_torch_distributed
+from ddp_lab.launcher.where_stuck import (
+    describe_where, rendezvous_arguments, timeout_hint, waiting_kind)
 from ddp_lab.launcher.worker import RankSetup, rank_main
-from ddp_lab.launcher.worker_env import torchrun_environment
+from ddp_lab.launcher.worker_env import spawn_environment, torchrun_environment
 
 # After the first rank fails, how long to wait for the others' replies: a
 # bug present on every rank then shows as "rank 0 failed (1, 2, 3 too)",
@@ -51,6 +56,16 @@ BUSY_CHECK_INTERVAL = 0.5
 WHERE_GRACE = 1.0
 # How long ranks get to leave cleanly before they are killed.
 EXIT_GRACE = 5.0
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where an unfinished rank was: one line, and what it waits for
+    (``where_stuck.waiting_kind``: None when not waiting for another rank)."""
+
+    text: str
+    kind: str = None
+    arguments: dict = field(default_factory=dict)  # its rendezvous values, if any
 
 
 @dataclass
@@ -80,9 +95,12 @@ class RankProcesses:
         self._stacks = {}  # rank -> its answer to that question
         self._asked = set()  # ranks whose answer to that question is awaited
         self.stale_replies = 0  # replies dropped because they answered an older message
-        self._store, self.port = _loopback_store(plan.timeout)
+        self._live = LiveLine()  # what the ranks print, shown while they run (output.py)
+        # Under spawn the ranks' own code hosts its store (rank 0), where it chooses.
+        self._store, self.port = (_loopback_store(plan.timeout) if plan.style == "torchrun"
+                                  else (None, None))
         # The first job travels with the process's arguments: no round trip.
-        first = self._new_job(*first_job) if first_job is not None else None
+        first = self._first_messages(first_job)
         context = forkserver_context()
         self._ranks = []
         self._killed = False
@@ -90,16 +108,28 @@ class RankProcesses:
         try:
             for rank in range(plan.world_size):
                 setup = self._setup(rank, source_lines or {})
-                self._ranks.append(_start_rank(context, setup, first))
+                self._ranks.append(_start_rank(context, setup, first[rank]))
         except BaseException:
             self.kill()
             raise
 
+    def _first_messages(self, first_job):
+        """Each rank's first message: one job for all (``(kind, *fields)``),
+        or a list of one per rank (``spawn`` pickles its rank into each), one id."""
+        if first_job is None:
+            return [None] * self.plan.world_size
+        jobs = first_job if isinstance(first_job, list) else [first_job] * self.plan.world_size
+        job_id = self._new_job(jobs[0][0])[1]
+        return [(kind, job_id, *fields) for kind, *fields in jobs]
+
     def _setup(self, rank, source_lines):
         plan = self.plan
-        env = dict(os.environ)
-        env.update(torchrun_environment(
-            rank, plan.world_size, nodes=plan.nodes, master_port=self.port))
+        if plan.style == "spawn":
+            env = spawn_environment(os.environ, rank, plan.world_size)
+        else:
+            env = dict(os.environ)
+            env.update(torchrun_environment(
+                rank, plan.world_size, nodes=plan.nodes, master_port=self.port))
         env.update(_network_and_device_env(plan, rank))
         return RankSetup(
             rank=rank,
@@ -177,6 +207,7 @@ class RankProcesses:
         job = self.job
         deadline = time.monotonic() + timeout
         look_at = None  # when to look where the unfinished ranks are
+        self._live.begin()
         while job.pending:
             now = time.monotonic()
             if look_at is None and (job.failures or job.died):
@@ -186,25 +217,34 @@ class RankProcesses:
                 break
             if look_at is not None and now >= look_at:
                 where = self._ask_where(job.pending)
-                stuck = [rank for rank in job.pending if where[rank][1]]  # some replied meanwhile
+                stuck = [rank for rank in job.pending if where[rank].kind]  # some replied meanwhile
                 if job.died or stuck or not wait_for_busy:
                     self._give_up(where)
                     break
                 look_at = time.monotonic() + BUSY_CHECK_INTERVAL
                 continue
-            self._wait_once(min(deadline, look_at or deadline) - now)
+            self._wait_once(min(deadline, look_at or deadline, now + self._live.wake_in()) - now)
+            self._live.draw([r.output for r in self._ranks])
         if job.pending and not job.unfinished:
             self._give_up(self._ask_where(job.pending))
         return job
 
     def _give_up(self, where):
-        """Record where the ranks that did not reply were (they are stopped next)."""
+        """Record where the ranks that did not reply were (they are stopped next),
+        and what their waits mean (``where_stuck.timeout_hint``)."""
         job = self.job
+        late = _Where("replied too late")
         for rank in job.pending:
-            text, waiting = where.get(rank, ("replied too late", False))
-            job.unfinished[rank] = text
-            if waiting:
+            job.unfinished[rank] = where.get(rank, late).text
+            if where.get(rank, late).kind:
                 job.in_collective.add(rank)
+        job.hint = timeout_hint(
+            {rank: where.get(rank, late).kind for rank in job.pending},
+            {rank: where[rank].arguments for rank in job.pending
+             if rank in where and where[rank].kind == "rendezvous"},
+            world_size=self.plan.world_size,
+            launcher="ddp_lab.spawn" if self.plan.style == "spawn" else "ddp_lab.launch",
+            store=("127.0.0.1", self.port) if self.port is not None else None)
 
     def _wait_once(self, seconds):
         """Wait for anything from the ranks, up to ``seconds``, and take it in."""
@@ -258,14 +298,14 @@ class RankProcesses:
         self._asked.discard(r.rank)
 
     def _ask_where(self, ranks):
-        """Ask these ranks for their stacks: ``{rank: (one line, waiting in torch.distributed)}``.
+        """Ask these ranks for their stacks: ``{rank: _Where(one line, what it waits for, ...)}``.
 
         Replies to the job that come in meanwhile are taken in as usual.
         """
         self._query = next(self._ids)
         self._stacks = {}
         self._asked = set()
-        where = {rank: ("no answer (stuck outside Python?)", False) for rank in ranks}
+        where = {rank: _Where("no answer (stuck outside Python?)") for rank in ranks}
         for r in self._ranks:
             if r.rank in ranks:
                 try:
@@ -273,13 +313,14 @@ class RankProcesses:
                         r.control.send((protocol.WHERE, self._query))
                     self._asked.add(r.rank)
                 except OSError:
-                    where[r.rank] = ("its process is gone", False)
+                    where[r.rank] = _Where("its process is gone")
         deadline = time.monotonic() + WHERE_GRACE
         while self._asked and time.monotonic() < deadline:
             self._wait_once(deadline - time.monotonic())
         self._asked = set()
         for rank, frames in self._stacks.items():
-            where[rank] = (describe_where(frames), waits_in_torch_distributed(frames))
+            where[rank] = _Where(describe_where(frames), waiting_kind(frames),
+                                 rendezvous_arguments(frames))
         return where
 
     def _read_output(self, r):
@@ -295,7 +336,12 @@ class RankProcesses:
             r.output.feed(data)
 
     def take_output(self):
-        """Everything printed since the last call, one string per rank."""
+        """Everything printed since the last call, one string per rank.
+
+        The live line, if one was drawn, is taken back first: what is
+        printed next replaces it.
+        """
+        self._live.end()
         for r in self._ranks:
             self._read_output(r)
         return [r.output.take() for r in self._ranks]
