@@ -23,7 +23,8 @@ and nbclient (their stream coalescing, as in ``nbval/plugin.py``'s
 ``coalesce_streams``), by myst-nb, and by JupyterLab and VS Code, which keep
 the end of a longer overwritten line (``fixCarriageReturn`` in their output
 models): there the first line of the final rendering may keep trailing
-spaces, which ``tests/nbval_sanitize.cfg`` ignores. A terminal gets ``\\r``
+spaces (invisible; the book's committed outputs come from ``jupyter
+execute``, which never shows the live line). A terminal gets ``\\r``
 and "erase line". Only one line, because a ``\\r`` can take back only the
 line it is on: a display with several lines (IPython's ``display_id``) would
 leave an empty output behind in the saved notebook, an output more than
