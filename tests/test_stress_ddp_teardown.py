@@ -4,8 +4,9 @@ The pattern: a rank's function joins a group itself (``init_process_group=False`
 trains a DDP model, calls ``destroy_process_group()`` and returns, which frees
 the model. Freeing it ran the group's C++ destructor with the GIL held while a
 gloo thread waited for the GIL: a deadlock in about 30% of launches on a
-busy 2-core machine, reported as "rank 1: no answer (stuck outside Python?)". ``ddp_lab.launcher.keep_groups`` explains it; a rank now keeps every
-group until it exits.
+busy 2-core machine, reported as "rank 1: no answer (stuck outside
+Python?)". ``ddp_lab.launcher.keep_groups`` explains it; a rank now keeps
+every group until it exits.
 
 How many launches. Each launch is one chance for the race, which before the
 fix was lost about 30% of the time (30 and 34 launches of 100): 40 launches

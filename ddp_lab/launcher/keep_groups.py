@@ -1,4 +1,4 @@
-"""Why a rank keeps every process group until it exits (Chapter 3; the DDP model of Chapter 10).
+"""Why a rank keeps every process group until it exits (Chapter 3's launch; DDP from Chapter 8; Chapter 11).
 
 A rank runs the reader's function, and this is a common way to end one::
 
