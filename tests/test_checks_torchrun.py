@@ -23,6 +23,9 @@ def broken_copy(folder: Path) -> Path:
         ("    snapshot = load_snapshot(args.snapshot)\n", "    snapshot = None  # never resumes\n"),
         ("    if rank == 0:\n        save_snapshot(", "    if True:  # every rank writes\n        save_snapshot("),
         ('    tmp = f"{path}.tmp"\n', '    tmp = path  # written in place\n'),
+        # and with open(path, "wb"), as train.py wrote before it created its temporary file exclusively
+        ("    with contextlib.suppress(FileNotFoundError):\n        os.unlink(tmp)", "    if False:\n        pass"),
+        ('    with open(tmp, "xb") as file:', '    with open(tmp, "wb") as file:'),
         ("    os.replace(tmp, path)\n", ""),
     ]
     for old, new in replacements:

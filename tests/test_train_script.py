@@ -6,10 +6,19 @@
   the job resumes from its last snapshot and ends with weights equal, bit for
   bit, to those of an uninterrupted run with the same seed;
 * two nodes on one machine: two torchrun agents (``--nnodes 2``, c10d
-  rendezvous on loopback) form one job of 4 ranks.
+  rendezvous on loopback) form one job of 4 ranks;
+* the restart command of train.py's docstring, run exactly as written, resumes
+  and ends like the uninterrupted one (it sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+  for the agent: without it a restart can hang, pytorch/pytorch#135712);
+* nonsensical options are argparse errors; a damaged snapshot is reported with
+  its path and what to do; the temporary snapshot file never follows a link.
 """
 
+import ast
 import importlib.util
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +118,182 @@ def test_two_agents_on_loopback_form_one_job_of_four_ranks():
     assert {node: sorted(ranks) for node, ranks in by_node.items()} == {"0": [0, 1], "1": [0, 1]}
     shared = "\n".join(line for run in runs for line in run.rank_lines())
     assert "WORLD_SIZE=4" in shared and "GROUP_WORLD_SIZE=2" in shared and "MASTER_ADDR=127.0.0.1" in shared
+
+
+# ---------------------------------------------------------------- the commands in train.py's docstring
+
+def documented_commands():
+    """The shell commands in train.py's docstring: lines naming torchrun or python, joined across ``\\``."""
+    text = ast.get_docstring(ast.parse(TRAIN.read_text()))
+    joined = re.sub(r"\\\n\s*", " ", text)  # a continued line goes on after the backslash
+    commands = []
+    for line in joined.splitlines():
+        command = line.split("#")[0].strip()
+        if re.match(r"^(\w+=\S+ )*(torchrun|python) ", command):
+            commands.append(command)
+    return commands
+
+
+def documented_command(*, restarts):
+    [command] = [c for c in documented_commands() if c.startswith(("torchrun", "TORCH"))
+                 and ("--max-restarts" in c) == restarts]
+    return command
+
+
+def test_the_documented_restart_command_gives_the_agent_a_fresh_store_per_attempt():
+    command = documented_command(restarts=True)
+    assert command.startswith("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun "), command
+    assert "--fail-at-step 13 --fail-rank 1" in command
+    assert documented_command(restarts=False) == "torchrun --standalone --nproc_per_node 2 train.py --epochs 3"
+
+
+def test_the_documented_restart_command_resumes_and_ends_like_the_uninterrupted_one(tmp_path):
+    """Both torchrun commands of the docstring, run as written, in a shell, each in a folder
+    holding a copy of train.py. Around them TORCH_DISABLE_SHARE_RDZV_TCP_STORE is "0"
+    (off): only the command itself turns it on."""
+    commands = []
+    for name, command in [("plain", documented_command(restarts=False)),
+                          ("failed", documented_command(restarts=True))]:
+        (tmp_path / name).mkdir()
+        shutil.copy(TRAIN, tmp_path / name)
+        commands.append(["bash", "-c", f"cd {name} && {command}"])
+    environment = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0",
+                   "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    plain, failed = run_together(commands, envs=[environment] * 2, cwd=tmp_path, timeout=240)
+    assert plain.ok, plain.tail()
+    assert failed.ok, failed.tail()
+    lines = failed.rank_lines()
+    assert "[rank 1] injected failure in step 13 (epoch 0, batch 12)" in lines
+    assert "[rank 0] resumed from snapshot at epoch 0, batch 10 of 16 (step 10)" in lines
+    assert lines[-1] == plain.rank_lines()[-1] == "[rank 0] done: 48 steps"
+    assert "warning: torchrun may restart" not in failed.stderr  # the workers saw TORCHELASTIC_USE_AGENT_STORE=False
+    expected = torch.load(tmp_path / "plain" / "snapshot.pt", weights_only=True)
+    got = torch.load(tmp_path / "failed" / "snapshot.pt", weights_only=True)
+    for name in expected["model"]:
+        assert torch.equal(expected["model"][name], got["model"][name]), name
+
+
+def test_a_restartable_job_with_the_shared_store_gets_a_warning(tmp_path):
+    command = torchrun_command(TRAIN, ["--epochs", "0", "--snapshot", tmp_path / "s.pt"],
+                               nproc_per_node=2, max_restarts=1)
+    [run] = run_together([command], envs=[{"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}], timeout=120)
+    assert run.ok, run.tail()
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("warning: torchrun may restart")]
+    assert len(warnings) == 1 and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun" in warnings[0], run.stderr
+
+
+# ---------------------------------------------------------------- bad values, bad snapshots
+
+@pytest.mark.parametrize("argument, value, allowed", [
+    ("--epochs", "-1", "must be 0 or more, got -1"),
+    ("--samples", "0", "must be 1 or more, got 0"),
+    ("--snapshot-every", "-1", "must be 0 or more, got -1"),
+    ("--hidden", "0", "must be 1 or more, got 0"),
+    ("--batch-size", "0", "must be 1 or more, got 0"),
+    ("--fail-at-step", "0", "must be 1 or more, got 0"),
+    ("--fail-rank", "-1", "must be 0 or more, got -1"),
+    ("--epochs", "three", "must be a whole number, got 'three'"),
+])
+def test_nonsensical_values_get_argparse_errors(argument, value, allowed, capsys):
+    train = load_script(TRAIN)
+    with pytest.raises(SystemExit) as stop:
+        train.parse_args([argument, value])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("usage: ") and f"error: argument {argument}: {allowed}" in error, error
+
+
+def test_fail_rank_must_be_below_the_world_size_before_any_training(monkeypatch, capsys):
+    train = load_script(TRAIN)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert train.parse_args(["--fail-rank", "1"]).fail_rank == 1
+    with pytest.raises(SystemExit) as stop:
+        train.parse_args(["--fail-rank", "2"])
+    assert stop.value.code == 2
+    assert "error: argument --fail-rank: must be a rank of this job, 0 to 1 (WORLD_SIZE=2), got 2" \
+        in capsys.readouterr().err
+    # as the script: checked before the process group, nothing trained (plain python: WORLD_SIZE 1)
+    result = subprocess.run([sys.executable, str(TRAIN), "--fail-at-step", "3", "--fail-rank", "1"],
+                            capture_output=True, text=True, timeout=60, env=without("WORLD_SIZE", "RANK"))
+    assert result.returncode == 2, result.stderr
+    assert "error: argument --fail-rank: must be a rank of this job, 0 (WORLD_SIZE=1), got 1" in result.stderr
+    assert result.stdout == ""
+
+
+def without(*names):
+    return {name: value for name, value in os.environ.items() if name not in names}
+
+
+def a_real_snapshot(train, path):
+    """A snapshot as train.py writes it (the model's and an optimizer's state)."""
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    train.save_snapshot(path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                               "epoch": 1, "batches_done": 2, "step": 10, "rng": [train.rng_state()],
+                               "world_size": 1, "seed": 0})
+    return path
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "a tensor"])
+def test_a_damaged_snapshot_is_reported_with_its_path_and_what_to_do(damage, tmp_path):
+    train = load_script(TRAIN)
+    path = a_real_snapshot(train, tmp_path / "snapshot.pt")
+    assert train.load_snapshot(str(path))["step"] == 10  # whole, it loads
+    data = path.read_bytes()
+    if damage == "truncated":  # the end of a zip file holds its table of contents
+        path.write_bytes(data[: len(data) * 2 // 3])
+    elif damage == "garbage":
+        path.write_bytes(b"not a snapshot\n" * 100)
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:
+        torch.save(torch.ones(3), path)
+    with pytest.raises(SystemExit) as stop:
+        train.load_snapshot(str(path))
+    message = str(stop.value.code)
+    assert message.startswith(f"error: --snapshot {path} is not a snapshot this script can resume from (")
+    assert message.endswith("Delete it to start from scratch, or point --snapshot elsewhere.")
+
+
+def test_the_script_stops_on_a_truncated_snapshot_without_a_traceback(tmp_path):
+    path = a_real_snapshot(load_script(TRAIN), tmp_path / "snapshot.pt")
+    path.write_bytes(path.read_bytes()[:200])
+    result = subprocess.run([sys.executable, str(TRAIN), "--epochs", "1", "--snapshot", str(path)],
+                            capture_output=True, text=True, timeout=120, env=without("WORLD_SIZE", "RANK"))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr, result.stderr
+    assert (f"error: --snapshot {path} is not a snapshot this script can resume from (torch.load failed: "
+            "RuntimeError: PytorchStreamReader failed reading zip archive") in result.stderr
+    assert "Delete it to start from scratch, or point --snapshot elsewhere." in result.stderr
+
+
+@pytest.mark.parametrize("target_exists", [True, False], ids=["to a file", "dangling"])
+def test_a_link_planted_at_the_temporary_path_is_never_written_through(target_exists, tmp_path):
+    """The temporary file's name is known in advance (``snapshot.pt.tmp``): a symbolic link
+    placed there must not make rank 0 write the snapshot into the link's target (or create
+    it). The link is removed and a new file made in its place (O_EXCL), as a file left by a
+    killed write is: the snapshot is still written, and the target is as it was."""
+    train = load_script(TRAIN)
+    target = tmp_path / "elsewhere" / "precious.txt"
+    target.parent.mkdir()
+    if target_exists:
+        target.write_text("keep me")
+    path = tmp_path / "snapshot.pt"
+    (tmp_path / "snapshot.pt.tmp").symlink_to(target)
+    a_real_snapshot(train, path)
+    assert train.load_snapshot(str(path))["step"] == 10
+    assert not os.path.lexists(tmp_path / "snapshot.pt.tmp")  # renamed over the snapshot
+    assert not path.is_symlink()
+    if target_exists:
+        assert target.read_text() == "keep me"
+    else:
+        assert not target.exists()
+
+
+def test_a_temporary_file_left_by_a_killed_write_is_replaced(tmp_path):
+    train = load_script(TRAIN)
+    (tmp_path / "snapshot.pt.tmp").write_bytes(b"half a snapshot")
+    a_real_snapshot(train, tmp_path / "snapshot.pt")
+    assert train.load_snapshot(str(tmp_path / "snapshot.pt"))["step"] == 10

@@ -13,6 +13,7 @@ for torchrun:
 - ``config``: the launch config, checked before anything starts;
 - ``worker_group``: the W rank processes of one launch, started, watched and stopped;
 - ``worker``: what runs inside each rank; ``worker_env``: the torchrun variables it sees;
+- ``keep_groups``: why a rank keeps every process group until it exits (a DDP deadlock);
 - ``protocol``: the messages between the notebook and its ranks (below);
   ``jobs``: what a job carries; ``serialize``: pickling by value;
 - ``run_result``: replies into values or the right exception; ``errors``: those exceptions;

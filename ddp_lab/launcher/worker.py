@@ -8,8 +8,10 @@ The launcher (``ddp_lab.launcher.worker_group``) starts one process per rank wit
 2. sends its stdout and stderr into a pipe the notebook reads;
 3. takes the torchrun environment (RANK, WORLD_SIZE, ...) and its share of
    the CPU threads;
-4. joins the default process group, if asked to;
-5. runs the jobs the notebook sends it (a function to call, a cell to
+4. keeps every process group it will create alive until it exits, so that
+   freeing a DDP model never deadlocks (``ddp_lab.launcher.keep_groups``);
+5. joins the default process group, if asked to;
+6. runs the jobs the notebook sends it (a function to call, a cell to
    execute, variables to send back) and replies to each, with the job's id,
    until told to exit (``ddp_lab.launcher.protocol`` lists every message).
 
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from ddp_lab.launcher import protocol, serialize
+from ddp_lab.launcher.keep_groups import keep_every_process_group
 from ddp_lab.launcher.where_stuck import main_thread_stack
 
 # How often Ctrl-C is sent again until the job's main thread has seen it.
@@ -72,6 +75,7 @@ def rank_main(setup, control, output, first_job=None):
     _interrupt_jobs_only(inbox)
     inbox.start()
 
+    keep_every_process_group()
     startup_error = _start_process_group(setup)
     namespace = _cell_namespace(setup)
     while True:

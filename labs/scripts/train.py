@@ -8,8 +8,8 @@ One plain file you can copy: it runs unchanged on CPUs (gloo) and on GPUs
 
     # rank 1 crashes once at step 13; torchrun restarts the job, which
     # resumes from the last snapshot and ends with the same weights
-    torchrun --standalone --nproc_per_node 2 --max-restarts 1 train.py \\
-        --fail-at-step 13 --fail-rank 1
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node 2 \\
+        --max-restarts 1 train.py --fail-at-step 13 --fail-rank 1
 
     python train.py --epochs 1                 # one process, no torchrun needed
     python train.py --help                     # every option, explained
@@ -25,13 +25,28 @@ the batches it had already used skipped, same random numbers. On CPU the
 final weights are then equal, bit for bit, to those of a run that never
 failed.
 
+Why ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in front of a torchrun that may
+restart. By default torchrun's agent hosts one key-value store for every
+attempt, and the keys of a crashed attempt stay in it: the restarted workers
+can read the addresses their dead predecessors published there, and hang or
+fail to connect in ``init_process_group`` (pytorch/pytorch#135712). With the
+variable set, rank 0 of each attempt hosts a fresh store. The agent reads it
+when it joins the rendezvous (``DynamicRendezvousHandler`` in
+torch/distributed/elastic/rendezvous/dynamic_rendezvous.py), before any
+worker starts, so it must be in torchrun's own environment, as above: set in
+this script, it would come too late. The workers see the agent's choice as
+``TORCHELASTIC_USE_AGENT_STORE``; a job that may restart while it is
+``True`` gets a warning on stderr.
+
 The task is synthetic, drawn from ``--seed``: nothing is downloaded.
 """
 
 import argparse
+import contextlib
 import os
 import random
 import socket
+import sys
 
 import torch
 import torch.distributed as dist
@@ -41,32 +56,50 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
+def at_least(minimum):
+    """An argparse ``type``: a whole number, ``minimum`` or more.
+
+    A value below it is refused by argparse itself: the usage line, then
+    ``argument --epochs: must be 0 or more, got -1``, and exit status 2.
+    """
+    def whole_number(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        return value
+    return whole_number
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         description="Train a small classifier with DDP; run it with torchrun "
         "(e.g. torchrun --standalone --nproc_per_node 2 train.py).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--epochs", type=int, default=3,
+    parser.add_argument("--epochs", type=at_least(0), default=3,
                         help="passes over the training set (0: only set up, print, and stop)")
-    parser.add_argument("--batch-size", type=int, default=16,
+    parser.add_argument("--batch-size", type=at_least(1), default=16,
                         help="samples per step on each rank; the global batch is this times WORLD_SIZE")
     parser.add_argument("--lr", type=float, default=3e-3, help="learning rate of AdamW")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the data, the initial weights, the shuffle and the dropout")
-    parser.add_argument("--samples", type=int, default=512, help="size of the synthetic training set")
-    parser.add_argument("--hidden", type=int, default=64, help="width of the hidden layers")
+    parser.add_argument("--samples", type=at_least(1), default=512, help="size of the synthetic training set")
+    parser.add_argument("--hidden", type=at_least(1), default=64, help="width of the hidden layers")
     parser.add_argument("--snapshot", default="snapshot.pt",
                         help="snapshot file: loaded at start if it exists, rewritten by rank 0 "
                         "(delete it to start over; on several machines it must be on a shared file system)")
-    parser.add_argument("--snapshot-every", type=int, default=5,
+    parser.add_argument("--snapshot-every", type=at_least(0), default=5,
                         help="also write a snapshot every this many steps (0: only at the end of each epoch)")
     parser.add_argument("--final", default=None,
                         help="where rank 0 saves the final weights (a state_dict), if given")
-    parser.add_argument("--fail-at-step", type=int, default=None,
+    parser.add_argument("--fail-at-step", type=at_least(1), default=None,
                         help="inject a failure: crash in the middle of this step (counted from 1), "
                         "on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0)")
-    parser.add_argument("--fail-rank", type=int, default=0, help="the global rank that crashes")
+    parser.add_argument("--fail-rank", type=at_least(0), default=0,
+                        help="the global rank that crashes (below WORLD_SIZE)")
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                         help="auto: nccl when every process has its GPU(s), else gloo")
     parser.add_argument("--cpu", action="store_true", help="run on CPUs even where there are GPUs")
@@ -79,7 +112,32 @@ def build_parser():
 
 
 def parse_args(argv=None):
-    return build_parser().parse_args(argv)
+    """The options, checked against the job that torchrun describes."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_fail_rank(parser, args.fail_rank)
+    warn_if_restarts_share_a_store()
+    return args
+
+
+def check_fail_rank(parser, fail_rank):
+    """``--fail-rank`` must be a rank of this job: known from WORLD_SIZE, before training."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # plain `python train.py`: one process
+    if fail_rank >= world_size:
+        ranks = "0" if world_size == 1 else f"0 to {world_size - 1}"
+        parser.error(f"argument --fail-rank: must be a rank of this job, {ranks} "
+                     f"(WORLD_SIZE={world_size}), got {fail_rank}")
+
+
+def warn_if_restarts_share_a_store():
+    """Rank 0 warns when torchrun may restart the job with its shared store (see the top)."""
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0"))
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if restarts and shared and os.environ.get("RANK") == "0":
+        print("warning: torchrun may restart this job (--max-restarts), and its attempts share "
+              "the agent's store, so a restarted attempt can hang or fail to connect "
+              "(pytorch/pytorch#135712). Start it as: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun ...",
+              file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- setup
@@ -194,20 +252,51 @@ def save_snapshot(path, snapshot):
     this process dies in the middle of ``torch.save``. The temporary file is
     in the same directory because a rename is only atomic within one file
     system; fsync makes the bytes reach the disk before the name points at them.
+    The temporary file is always a new one: whatever is found at its name
+    (left by a write that was killed, or a link put there) is removed, not
+    written through, and mode "x" (``O_CREAT | O_EXCL``) refuses to open
+    anything that is there, a symbolic link included.
     """
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as file:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a symbolic link is removed itself, its target untouched
+    with open(tmp, "xb") as file:  # x: create a new file, or fail
         torch.save(snapshot, file)
         file.flush()
         os.fsync(file.fileno())
     os.replace(tmp, path)
 
 
+SNAPSHOT_KEYS = ("model", "optimizer", "epoch", "batches_done", "step", "rng", "world_size", "seed")
+
+
 def load_snapshot(path):
-    """The snapshot at ``path``, or None. Every rank reads it (weights_only: plain data only)."""
+    """The snapshot at ``path``, or None. Every rank reads it (weights_only: plain data only).
+
+    A file that is not a whole snapshot (cut short, overwritten, another
+    kind of file) stops the job with a message that says what to do, rather
+    than a traceback from deep inside ``torch.load``.
+    """
     if not os.path.exists(path):
         return None
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        snapshot = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # cut short, or not torch.save's format: what is raised varies
+        if isinstance(error, OSError) and error.filename is not None:
+            raise  # not readable at all (a folder, no permission): that message says so
+        sentence = next(iter(str(error).splitlines()), "").split(". ")[0]  # its first, if any
+        reason = f"torch.load failed: {type(error).__name__}" + (f": {sentence}" if sentence else "")
+        raise SystemExit(unusable_snapshot(path, reason)) from None
+    missing = [key for key in SNAPSHOT_KEYS if not isinstance(snapshot, dict) or key not in snapshot]
+    if missing:
+        raise SystemExit(unusable_snapshot(path, f"it holds no {', '.join(missing)}"))
+    return snapshot
+
+
+def unusable_snapshot(path, reason):
+    return (f"error: --snapshot {path} is not a snapshot this script can resume from ({reason}). "
+            f"It is truncated, damaged or another kind of file. Delete it to start from scratch, "
+            f"or point --snapshot elsewhere.")
 
 
 def take_snapshot(path, rank, model, optimizer, epoch, batches_done, step, args):
@@ -316,6 +405,10 @@ def main(argv=None):
     if args.final and rank == 0:
         torch.save(model.module.state_dict(), args.final)
     log(f"done: {step} steps", rank)
+    # The model goes before the group it talks over. Left to the end of main,
+    # its C++ Reducer would destroy the group holding the GIL, while a gloo
+    # thread may need the GIL to finish: a deadlock (ddp_lab.launcher.keep_groups).
+    del model
     dist.destroy_process_group()
 
 
