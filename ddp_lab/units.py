@@ -8,17 +8,26 @@ One convention, the one the tools the book quotes use:
   prints algbw and busbw (Chapters 4 to 6);
 - memory of model states in decimal GB, as the ZeRO paper and GPU data
   sheets state it (Chapter 15, Lab 6);
-- times in s, ms and us.
+- times in s, ms and us;
+- a repeated measurement as its spread, never one run: the minimum (what the
+  machine can do when nothing else runs), the median (what a program
+  typically sees) and the maximum (how noisy the machine was).
 
 >>> format_bytes(1536), format_bytes(4 * 2**20)
 ('1.5 KiB', '4 MiB')
 >>> format_rate(1.5e9), format_seconds(0.00042), format_gb(1.875e9)
 ('1.50 GB/s', '420 us', '1.88 GB')
+>>> spread([3e-3, 1e-3, 2e-3])
+{'min': 0.001, 'median': 0.002, 'max': 0.003}
+>>> format_spread([3e-3, 1e-3, 2e-3])
+'2.00 ms (1.00 ms to 3.00 ms)'
 """
 
 from __future__ import annotations
 
-__all__ = ["format_bytes", "format_rate", "format_seconds", "format_gb"]
+import statistics
+
+__all__ = ["format_bytes", "format_rate", "format_seconds", "format_gb", "spread", "format_spread"]
 
 
 def format_bytes(nbytes: float) -> str:
@@ -53,3 +62,22 @@ def format_gb(nbytes: float, digits: int = 3) -> str:
     """``1.875e9 -> '1.88 GB'``: memory in decimal gigabytes, to ``digits`` significant digits."""
     value = nbytes / 1e9
     return f"{value:.{digits}g} GB" if abs(value) < 10 ** digits else f"{value:,.0f} GB"
+
+
+def spread(values) -> dict:
+    """``{"min", "median", "max"}`` of repeated measurements (times, rates, ratios).
+
+    The book's one summary of a repeated measurement: the median is what a
+    program typically sees, the minimum (of a time) what the machine can do
+    when nothing else runs, the maximum how noisy it was.
+    """
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("spread needs at least one value")
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def format_spread(values, fmt=format_seconds) -> str:
+    """``'2.00 ms (1.00 ms to 3.00 ms)'``: the median, then the range, each formatted by ``fmt``."""
+    s = spread(values)
+    return f"{fmt(s['median'])} ({fmt(s['min'])} to {fmt(s['max'])})"

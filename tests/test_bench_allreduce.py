@@ -14,6 +14,7 @@ def test_measure_times_both_implementations_at_every_size():
         for name in ("builtin", "ring"):
             figures = row[name]
             assert 0 < figures["seconds"] < 1
+            assert len(figures["samples"]) == 2 and min(figures["samples"]) <= figures["seconds"]
             assert figures["algbw"] == pytest.approx(row["bytes"] / figures["seconds"])
             assert figures["busbw"] == pytest.approx(figures["algbw"] * bus_factor("all_reduce", 2))
     lines = bench.format_table(table).splitlines()

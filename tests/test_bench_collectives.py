@@ -14,10 +14,22 @@ def test_measure_collectives_rows():
     for r in rows:
         assert r.seconds > 0 and r.world_size == 2
         assert r.busbw == pytest.approx(r.algbw * bus_factor(r.collective, 2))
+        assert len(r.samples) == 2 and r.best == min(r.samples) and r.seconds == pytest.approx(
+            sum(r.samples) / 2)  # the median of two
     text = bench.table(rows)
-    assert text.splitlines()[0].split() == ["collective", "size", "time", "algbw", "busbw", "busbw/link"]
+    assert text.splitlines()[0].split() == ["collective", "size", "fastest", "median", "slowest", "algbw",
+                                            "busbw", "busbw/link"]
     assert len(text.splitlines()) == 1 + len(rows)
     assert text.splitlines()[1].split()[-1] == "1.00"  # send_recv against itself
+
+
+def test_table_compares_the_fastest_repeats_with_the_link():
+    # A slow median send_recv (one busy moment) must not make a collective look faster than the link.
+    rows = [bench.Timing("send_recv", 4, 4096, 3e-3, (1e-4, 3e-3, 4e-3)),
+            bench.Timing("broadcast", 4, 4096, 4e-4, (2e-4, 4e-4, 5e-4))]
+    lines = bench.table(rows).splitlines()
+    assert lines[1].split()[3:6] == ["100", "us", "3.00"]  # fastest, then the median's figure
+    assert lines[2].split()[-1] == "0.50"  # fastest broadcast 200 us against fastest send 100 us
 
 
 def test_parameter_server_timing_rows():

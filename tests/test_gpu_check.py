@@ -28,7 +28,8 @@ from ddp_lab.gpu_check.__main__ import NO_CUDA, main
 from ddp_lab.gpu_check.allreduce import all_reduce_measurement, measure_all_reduce
 from ddp_lab.gpu_check.checklist import CHECKS, check_named
 from ddp_lab.gpu_check.results import (RESULTS_DIR, RESULTS_FOLDER, SCHEMA, assemble, load, record,
-                                       results_filename, spread, stored_results, validate, write)
+                                       results_filename, stored_results, validate, write)
+from ddp_lab.units import spread
 from ddp_lab.gpu_check.runner import Check, CheckFailed, Finding, Options, run_check, run_checks
 
 ROOT = Path(__file__).resolve().parents[1]

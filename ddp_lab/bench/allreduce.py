@@ -9,8 +9,9 @@ machine load::
 
 Timing follows nccl-tests: after warm-up, every rank times a loop of calls
 between two barriers; the slowest rank's time per call counts (a collective
-is done when its last rank is done); the median of a few such loops is kept.
-Loops are sized by time, not by count, and the implementations take turns.
+is done when its last rank is done). Every such loop (a trial) is kept: the
+table shows the fastest, the median and the slowest. Loops are sized by
+time, not by count, and the implementations take turns.
 
 Used in Chapter 1 (what an all-reduce costs), Chapter 6 (the book's ring
 against torch's) and Lab 3.
@@ -79,12 +80,12 @@ def iterations_for(call, tensor, trial_seconds):
 
 
 def measure_on_rank(sizes, implementations, trial_seconds=TRIAL_SECONDS, trials=TRIALS):
-    """Run inside each rank: [(bytes, {implementation: seconds})] for each size.
+    """Run inside each rank: [(bytes, {implementation: (seconds per call of each trial)})].
 
     Tensors live where the backend wants them: on the rank's GPU for nccl.
 
     The implementations take turns, trial by trial, so a slow moment of the
-    machine hits all of them alike; each keeps the median of its trials.
+    machine hits all of them alike; every trial is kept.
     """
     device = collective_device()
     rows = []
@@ -95,7 +96,7 @@ def measure_on_rank(sizes, implementations, trial_seconds=TRIAL_SECONDS, trials=
         for _ in range(trials):
             for name in implementations:
                 samples[name].append(seconds_per_call(CALLS[name], tensor, iterations[name]))
-        rows.append((nbytes, {name: statistics.median(times) for name, times in samples.items()}))
+        rows.append((nbytes, {name: tuple(times) for name, times in samples.items()}))
     return rows
 
 
@@ -103,8 +104,10 @@ def measure(world_size=4, sizes=None, implementations=("builtin", "ring"), backe
             trial_seconds=TRIAL_SECONDS, trials=TRIALS):
     """Measure on ``world_size`` fresh ranks; return a list of result rows (dicts).
 
-    Each size costs about ``trials x len(implementations) x trial_seconds``:
-    fewer or shorter trials are quicker and noisier.
+    ``row[implementation]`` holds ``seconds`` (the median trial's time per
+    call), ``samples`` (every trial's), and ``algbw`` and ``busbw`` of the
+    median. Each size costs about ``trials x len(implementations) x
+    trial_seconds``: fewer or shorter trials are quicker and noisier.
     """
     sizes = sizes or default_sizes()
     unknown = set(implementations) - set(IMPLEMENTATIONS)
@@ -120,8 +123,9 @@ def measure(world_size=4, sizes=None, implementations=("builtin", "ring"), backe
     table = []
     for nbytes, times in rows:
         row = {"bytes": nbytes}
-        for name, seconds in times.items():
-            row[name] = {"seconds": seconds, "algbw": nbytes / seconds,
+        for name, samples in times.items():
+            seconds = statistics.median(samples)
+            row[name] = {"seconds": seconds, "samples": samples, "algbw": nbytes / seconds,
                          "busbw": nbytes / seconds * factor}
         table.append(row)
     return table
@@ -136,19 +140,24 @@ def default_sizes(smallest=1 << 10, largest=64 << 20):
 
 
 def format_table(table, baseline="builtin"):
-    """A text table: time and bus bandwidth per implementation, ratio vs baseline."""
+    """A text table: per implementation, the fastest, median and slowest trial's
+    time per call and the median's bus bandwidth; the ratio of the medians' busbw."""
     names = [k for k in table[0] if k != "bytes"]
-    header = f"{'size':>9}" + "".join(f"{name + ' time':>18}{'busbw':>13}" for name in names)
-    header += "".join(f"{name + '/' + baseline:>21}" for name in names if name != baseline)
+    header = f"{'size':>9}" + "".join(f"{name + ': fastest':>18}{'median':>10}{'slowest':>10}{'busbw':>13}"
+                                      for name in names)
+    header += "".join(f"{name + '/' + baseline:>15}" for name in names if name != baseline)
     lines = [header]
     for row in table:
         line = f"{format_bytes(row['bytes']):>9}"
         for name in names:
-            line += f"{format_seconds(row[name]['seconds']):>18}{format_rate(row[name]['busbw']):>13}"
+            figures = row[name]
+            samples = figures.get("samples") or (figures["seconds"],)
+            line += (f"{format_seconds(min(samples)):>18}{format_seconds(figures['seconds']):>10}"
+                     f"{format_seconds(max(samples)):>10}{format_rate(figures['busbw']):>13}")
         for name in names:
             if name != baseline:
                 ratio = row[name]["busbw"] / row[baseline]["busbw"]
-                line += f"{ratio:>20.2f}x"
+                line += f"{ratio:>14.2f}x"
         lines.append(line)
     return "\n".join(lines)
 

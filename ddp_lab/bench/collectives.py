@@ -13,11 +13,24 @@ Conventions (those of nccl-tests, see ``ddp_lab.cost``):
   scatter;
 * ``seconds`` is the median over the repeats of the slowest rank's time: a
   collective is done when its last rank is done;
-* ``algbw = nbytes / seconds``; ``busbw = algbw * bus_factor(collective, W)``.
+* ``algbw = nbytes / seconds``; ``busbw = algbw * bus_factor(collective, W)``;
+* every repeat is kept (``Timing.samples``): ``table`` prints the fastest,
+  median and slowest, as every timing in the book is shown.
 
 The baseline, measured in the same run: ``send_recv``, one tensor of
 ``nbytes`` sent from rank 0 to rank 1, the speed of a single link. A ring
 collective whose busbw equals the link's is as fast as the links allow.
+``table`` compares the *fastest* repeat of each with the fastest send_recv:
+medians taken minutes apart on a shared machine compare the machine's load
+as much as the collectives (one slow median send_recv once made a broadcast
+look 2.2 times faster than the link it runs on).
+
+On gloo, as PyTorch calls it (2.13 here), ``dist.reduce_scatter`` is one
+all-reduce per rank (``ProcessGroupGloo::reduce_scatter``, pytorch/pytorch
+pull request 149869: "a pretty naive implementation as it does 1 allreduce
+per rank"; Chapter 5 counts them with the group's sequence number): W
+all-reduces of ``nbytes / W``, each paying the latency of a whole ring, so
+it takes longer than one all-reduce of ``nbytes``.
 
 Used in Chapters 4 and 5 and Lab 2.
 """
@@ -68,6 +81,11 @@ class Timing:
     @property
     def busbw(self) -> float:
         return self.algbw * bus_factor(self.collective, self.world_size)
+
+    @property
+    def best_busbw(self) -> float:
+        """The bus bandwidth of the fastest repeat."""
+        return algbw(self.nbytes, self.best) * bus_factor(self.collective, self.world_size)
 
 
 # --- inside each rank -----------------------------------------------------------------
@@ -148,13 +166,18 @@ def measure_collectives(world_size: int = 4, sizes=SIZES, collectives=COLLECTIVE
 
 
 def table(rows: list[Timing]) -> str:
-    """The measurements as text, with each busbw as a fraction of the link's
-    (``send_recv`` at the same size), when the baseline was measured."""
-    link = {r.nbytes: r.busbw for r in rows if r.collective == "send_recv"}
-    lines = [f"{'collective':<15}{'size':>10}{'time':>12}{'algbw':>14}{'busbw':>14}{'busbw/link':>12}"]
+    """The measurements as text: the time of the fastest, median and slowest
+    repeat, algbw and busbw of the median, and the fastest repeat's busbw as a
+    fraction of the link's (the fastest ``send_recv`` at the same size), when
+    the baseline was measured."""
+    link = {r.nbytes: r.best_busbw for r in rows if r.collective == "send_recv"}
+    lines = [f"{'collective':<15}{'size':>9}{'fastest':>11}{'median':>11}{'slowest':>11}"
+             f"{'algbw':>14}{'busbw':>14}{'busbw/link':>12}"]
     for r in rows:
-        ratio = f"{r.busbw / link[r.nbytes]:.2f}" if r.nbytes in link and link[r.nbytes] else "-"
-        lines.append(f"{r.collective:<15}{format_bytes(r.nbytes):>10}{format_seconds(r.seconds):>12}"
+        ratio = f"{r.best_busbw / link[r.nbytes]:.2f}" if link.get(r.nbytes) else "-"
+        slowest = max(r.samples) if r.samples else r.seconds
+        lines.append(f"{r.collective:<15}{format_bytes(r.nbytes):>9}{format_seconds(r.best):>11}"
+                     f"{format_seconds(r.seconds):>11}{format_seconds(slowest):>11}"
                      f"{format_rate(r.algbw):>14}{format_rate(r.busbw):>14}{ratio:>12}")
     return "\n".join(lines)
 
@@ -162,8 +185,8 @@ def table(rows: list[Timing]) -> str:
 def report(world_size: int = 4, repeats: int = 5, sizes=SIZES, collectives=COLLECTIVES) -> list[Timing]:
     """Measure and print the table; return the rows."""
     rows = measure_collectives(world_size, sizes, collectives, repeats)
-    print(f"collectives on {world_size} gloo ranks, median of {repeats} runs each; "
-          f"busbw/link: bus bandwidth over send_recv's at the same size")
+    print(f"collectives on {world_size} gloo ranks, {repeats} repeats each: the fastest, median and slowest; "
+          f"algbw and busbw of the median; busbw/link: the fastest repeat's busbw over the fastest send_recv's")
     print(table(rows))
     return rows
 

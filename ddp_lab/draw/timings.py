@@ -5,7 +5,10 @@ collective, world size, bytes, seconds) and draws one line per collective on
 log-log axes, sizes in bytes along the bottom. With ``fits``, the alpha-beta
 model fitted to each collective (``latency + nbytes / bandwidth``) is drawn
 as a dashed line of the same colour, so the two regimes are visible: flat
-where latency dominates, rising with slope 1 where bandwidth does.
+where latency dominates, rising with slope 1 where bandwidth does. With
+``band``, a shaded band of the same colour spans the fastest to the slowest
+repeat at each size: the line alone would hide how much a busy machine moved
+the figures.
 
 Nothing here starts a process or measures anything: it only draws.
 
@@ -18,6 +21,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from ddp_lab.cost import bus_factor
 from ddp_lab.draw.palette import BLACK, BLUE, FAINT, GREEN, GREY, ORANGE, PURPLE, SKY_BLUE, VERMILLION
 from ddp_lab.units import format_bytes, format_rate, format_seconds
 
@@ -29,16 +33,25 @@ QUANTITIES = {
     "algbw": ("algorithm bandwidth (bytes/s)", lambda r: r.algbw),
     "busbw": ("bus bandwidth (bytes/s)", lambda r: r.busbw),
 }
+# Each quantity of one repeat, for the band: (row, seconds of that repeat) -> value.
+OF_ONE_REPEAT = {
+    "seconds": lambda r, s: s,
+    "best": lambda r, s: s,
+    "algbw": lambda r, s: r.nbytes / s,
+    "busbw": lambda r, s: r.nbytes / s * bus_factor(r.collective, r.world_size),
+}
 COLOURS = (BLUE, VERMILLION, GREEN, PURPLE, ORANGE, SKY_BLUE, GREY, BLACK)
 
 
 def draw_timings(rows, *, y: str = "seconds", fits: dict | None = None, title: str | None = None,
-                 ax=None) -> Figure:
+                 ax=None, band: bool = False) -> Figure:
     """One line per collective: ``y`` against size.
 
     ``y``: "seconds" (median time), "best" (fastest repeat), "algbw" or
     "busbw". ``fits``: optional ``{collective: (latency, bandwidth)}`` to draw
     the model ``latency + nbytes / bandwidth`` (with ``y`` a time).
+    ``band``: shade, at each size, from the fastest to the slowest repeat
+    (``Timing.samples``).
     """
     if y not in QUANTITIES:
         raise ValueError(f"y must be one of {', '.join(QUANTITIES)}, got {y!r}")
@@ -57,6 +70,10 @@ def draw_timings(rows, *, y: str = "seconds", fits: dict | None = None, title: s
         colour = COLOURS[index % len(COLOURS)]
         ax.plot([r.nbytes for r in mine], [value(r) for r in mine], "o-", color=colour,
                 label=name, markersize=4, linewidth=1.5)
+        if band and all(r.samples for r in mine):
+            repeats = [[OF_ONE_REPEAT[y](r, s) for s in r.samples] for r in mine]
+            ax.fill_between([r.nbytes for r in mine], [min(v) for v in repeats], [max(v) for v in repeats],
+                            color=colour, alpha=0.15, linewidth=0)
         if fits and name in fits:
             latency, bandwidth = fits[name]
             sizes = [r.nbytes for r in mine]

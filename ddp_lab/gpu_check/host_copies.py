@@ -18,7 +18,7 @@ import statistics
 import torch
 
 from ddp_lab.bench.timing import elapsed_seconds
-from ddp_lab.gpu_check.results import spread
+from ddp_lab.units import spread
 from ddp_lab.gpu_check.runner import Finding, expect
 
 __all__ = ["copy_seconds", "time_copies", "host_to_device_copy"]

@@ -13,8 +13,8 @@ the order they ran::
 Two checks carry a ``measurement``: ``all_reduce_bandwidth`` (time, algbw
 and busbw of an all-reduce against message size) and ``host_to_device_copy``
 (pinned vs pageable copies). Every repeated time is kept as its spread over
-the repeats, ``{"min", "median", "max"}`` in seconds. ``SCHEMA`` is the whole
-format as a JSON Schema (``python -m ddp_lab.gpu_check --schema`` prints it).
+the repeats, ``{"min", "median", "max"}`` in seconds (``ddp_lab.units.spread``).
+``SCHEMA`` is the whole format as a JSON Schema (``python -m ddp_lab.gpu_check --schema`` prints it).
 
 The book keeps such files in ``book/part4_running/gpu_results/``
 (``RESULTS_DIR``); Chapters 5, 6, 9 and 14 show what they hold through
@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from pathlib import Path
 
-__all__ = ["FORMAT", "SCHEMA", "RESULTS_DIR", "RESULTS_FOLDER", "STATUSES", "record", "spread",
+__all__ = ["FORMAT", "SCHEMA", "RESULTS_DIR", "RESULTS_FOLDER", "STATUSES", "record",
            "assemble", "validate", "write", "load", "stored_results", "results_filename"]
 
 FORMAT = "ddp_lab.gpu_check/1"
@@ -186,14 +185,6 @@ SCHEMA = {
     },
 }
 
-
-def spread(seconds) -> dict:
-    """``{"min", "median", "max"}`` of repeated times: the median is what a program
-    typically sees, the minimum what the machine can do, the maximum how noisy it was."""
-    seconds = [float(s) for s in seconds]
-    if not seconds:
-        raise ValueError("spread needs at least one time")
-    return {"min": min(seconds), "median": statistics.median(seconds), "max": max(seconds)}
 
 
 def record(check, status, *, seconds=0.0, outcome, details=None, measurement=None, error=None) -> dict:
