@@ -22,7 +22,9 @@ def test_an_exception_names_the_rank_and_carries_its_traceback():
     start = time.monotonic()
     with pytest.raises(ddp_lab.RankFailed) as caught:
         ddp_lab.launch(work, 4, timeout=30)
-    assert time.monotonic() - start < 5
+    # Reported at once, not at the 30 s timeout the ranks in barrier() would reach
+    # (about 1 s on an idle machine; a loaded one, the suite on two cores, took over 5).
+    assert time.monotonic() - start < 15
     error = caught.value
     assert error.rank == 2 and error.exc_type == "ValueError"
     assert isinstance(error.exception, ValueError)
