@@ -1,10 +1,10 @@
-"""Execute notebooks two at a time, ahead of Sphinx, into myst-nb's cache.
+"""Execute notebooks several at a time, ahead of Sphinx, into myst-nb's cache.
 
 myst-nb executes notebooks one after the other, as Sphinx reads them. On a
 machine with two cores that leaves one idle much of the time: a kernel
 starting, a notebook importing torch, ranks waiting for each other all keep a
 single core busy. So, before Sphinx reads anything, this extension executes
-the notebooks it is about to read two at a time (``execute_ahead_jobs`` in
+the notebooks it is about to read several at a time (``execute_ahead_jobs`` in
 ``_config.yml``), exactly as myst-nb would: same working folder, timeout and
 error policy, and the results go into the same jupyter-cache. When Sphinx
 then reads them, myst-nb finds them in the cache and moves on.
