@@ -4,7 +4,6 @@ import datetime
 import os
 import time
 
-import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -136,17 +135,6 @@ def test_flight_record_of_a_mismatch(tmp_path):
 
 # ---- py-spy on a hung torchrun job ------------------------------------------------------
 
-def _job_processes(script):
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            if str(script) in " ".join(process.info["cmdline"] or []):
-                found.append(process)
-        except psutil.Error:
-            pass
-    return found
-
-
 def test_py_spy_finds_both_ranks_and_nothing_is_left():
     script = book_script("hang_mismatch.py")
     job = stacks_of_hung_job(script, ["--timeout", "3"], nproc_per_node=2, timeout=60)
@@ -154,7 +142,7 @@ def test_py_spy_finds_both_ranks_and_nothing_is_left():
                                                "    torch.distributed: all_reduce"]
     assert stack_lines(job.stacks[1])[-2:] == ["hang_mismatch.py:56 in main", "    torch.distributed: barrier"]
     assert job.run.returncode != 0 and "Timed out" in job.run.stderr
-    assert _job_processes(script) == []
+    assert job.processes_left() == []
 
 
 def test_hung_job_past_its_timeout_is_stopped():
@@ -163,7 +151,7 @@ def test_hung_job_past_its_timeout_is_stopped():
     job = stacks_of_hung_job(script, ["--timeout", "600"], nproc_per_node=2, settle=30, timeout=20)
     assert time.monotonic() - start < 45
     assert set(job.stacks) == {0, 1}
-    assert _job_processes(script) == []
+    assert job.processes_left() == []
 
 
 def test_hung_job_refuses_bad_arguments(tmp_path):

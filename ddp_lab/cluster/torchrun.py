@@ -274,7 +274,7 @@ def _communicate_all(processes, timeout, tags):
         for i, (process, thread) in enumerate(zip(processes, threads)):
             if thread.is_alive() and process.poll() is not None:
                 if now - agent_gone.setdefault(i, now) >= ORPHAN_GRACE:
-                    _kill_all(_processes_tagged(tags[i]))  # their output ends with them
+                    _kill_all(processes_tagged(tags[i]))  # their output ends with them
         alive = next(thread for thread in threads if thread.is_alive())
         alive.join(min(0.1, deadline - now))
     return outputs
@@ -303,7 +303,7 @@ def stop_agent(process, tag, grace: float = 5.0):
         except (ProcessLookupError, PermissionError):
             pass
         process.wait()
-    _kill_all(_processes_tagged(tag))
+    _kill_all(processes_tagged(tag))
 
 
 def _kill_all(members):
@@ -314,8 +314,9 @@ def _kill_all(members):
             pass
 
 
-def _processes_tagged(tag):
-    """The processes whose environment has ``RUN_TAG=tag`` (empty without psutil)."""
+def processes_tagged(tag):
+    """The processes whose environment has ``RUN_TAG=tag``: one run's agent and
+    workers, and nothing of another run of the same script (empty without psutil)."""
     try:
         import psutil
     except ImportError:

@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddp_lab.cluster.torchrun import RUN_TAG, TorchrunRun, loopback_environment, stop_agent, torchrun_command
+from ddp_lab.cluster.torchrun import (RUN_TAG, TorchrunRun, loopback_environment, processes_tagged, stop_agent,
+                                     torchrun_command)
 
 __all__ = ["Frame", "HungJob", "py_spy_command", "dump_stack", "stack_lines", "stacks_of_hung_job"]
 
@@ -116,6 +117,15 @@ class HungJob:
     stacks: dict[int, list[Frame]] = field(default_factory=dict)
     run: TorchrunRun | None = None
     seconds_to_end: float = 0.0  # from the dump to the end of the job
+    tag: str = ""  # RUN_TAG in the environment of the job's agent and workers
+
+    def processes_left(self) -> list[int]:
+        """The pids of this job's processes still running (none, once it has been stopped).
+
+        Found by the job's own tag, not by the script's name: another run of the
+        same script at the same time (a test beside the notebook) is not counted.
+        """
+        return [process.pid for process in processes_tagged(self.tag)]
 
     def report(self) -> str:
         """Every rank's stack, in rank order."""
@@ -133,13 +143,21 @@ def _waiting_in_collective(frames: list[Frame]) -> bool:
             and not names & {"init_process_group", "_env_rendezvous_handler", "_create_c10d_store"})
 
 
+# Seconds a worker's stack must stay the same, in a collective, to count as waiting there:
+# shorter than the book's hung scripts' process-group timeouts (3 to 5 s), after which they fail.
+STILL_FOR = 1.0
+
+
 def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, settle: float = 30.0,
                        timeout: float = 60.0) -> HungJob:
     """Run ``torchrun --standalone --nproc_per_node N script args``, and dump
     each worker's stack with py-spy once it waits in a collective.
 
-    A worker counts as waiting when two dumps in a row show the same stack
-    inside torch.distributed, past start-up. Workers not waiting within
+    A worker counts as waiting when its stack stays the same, inside
+    torch.distributed and past start-up, for ``STILL_FOR`` seconds of dumps.
+    (Two dumps in a row were not enough: on a busy machine a rank can wait a
+    fraction of a second in a gradient all-reduce that then completes, and
+    that wait was once reported as the hang.) Workers not waiting within
     ``settle`` seconds are dumped as they are. The job should then end by
     itself (the script's ``init_process_group(timeout=...)``); after
     ``timeout`` seconds in all, it is stopped, workers included.
@@ -162,7 +180,7 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
                for name, stream in (("stdout", agent.stdout), ("stderr", agent.stderr))]
     for reader in readers:
         reader.start()
-    job = HungJob()
+    job = HungJob(tag=tag)
     start = time.monotonic()
     try:
         workers = _find_workers(agent, nproc_per_node, deadline=start + settle)
@@ -206,16 +224,18 @@ def _find_workers(agent: subprocess.Popen, count: int, deadline: float) -> dict[
 
 
 def _settled_stack(pid: int, deadline: float) -> list[Frame]:
-    """The stack once it sits in a collective and stays put, or the last one seen at ``deadline``."""
-    previous = None
+    """The stack once it has sat in a collective for ``STILL_FOR`` seconds, or the last one seen at ``deadline``."""
+    previous, since = None, None
     while True:
         try:
             frames = dump_stack(pid)
         except RuntimeError:  # the process has exited
             return previous or []
-        if frames == previous and _waiting_in_collective(frames):
+        now = time.monotonic()
+        if frames != previous:
+            previous, since = frames, now
+        elif _waiting_in_collective(frames) and now - since >= STILL_FOR:
             return frames
-        if time.monotonic() >= deadline:
+        if now >= deadline:
             return frames
-        previous = frames
         time.sleep(0.2)
