@@ -41,11 +41,14 @@ def notebook_seconds(notebook: dict) -> float:
     return total
 
 
-def file_seconds(path: Path) -> float:
-    """Seconds ``path`` (a test file or a notebook) took last time."""
+def file_seconds(path: Path, stored: dict[str, float] | None = None) -> float:
+    """Seconds ``path`` (a test file or a notebook) took last time; ``stored``
+    is ``stored_durations()``, read once by a caller that asks for many files."""
+    if stored is None:
+        stored = stored_durations()
     path = path.resolve()
     if path.is_relative_to(ROOT):
-        recorded = stored_durations().get(path.relative_to(ROOT).as_posix())
+        recorded = stored.get(path.relative_to(ROOT).as_posix())
         if recorded is not None:
             return recorded
     if path.suffix == ".ipynb":
@@ -55,7 +58,8 @@ def file_seconds(path: Path) -> float:
 
 def longest_first(paths: list[Path]) -> list[Path]:
     """``paths`` sorted by their recorded seconds, longest first; ties keep their order."""
-    seconds = {path: file_seconds(path) for path in paths}
+    stored = stored_durations()
+    seconds = {path: file_seconds(path, stored) for path in paths}
     return sorted(paths, key=lambda path: -seconds[path])
 
 
