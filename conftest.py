@@ -17,9 +17,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
+sys.path.insert(0, str(ROOT / "tests"))
 from reproducible_numerics import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports nothing)
 from machine_turns import Turns  # noqa: E402  (standard library only)
 from recorded_durations import FILE_DURATIONS, longest_first  # noqa: E402  (standard library only)
+
+# nbval compares the build's execution of a notebook when it is current,
+# instead of executing it a second time (tests/nbval_replay.py).
+pytest_plugins = ["nbval_replay"]
 
 # Set, not defaulted: an OMP_NUM_THREADS=8 left in the shell would change the
 # float path, and every notebook would differ from its committed outputs.
@@ -106,7 +111,7 @@ def pytest_configure_node(node):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     cell = getattr(item, "cell", None)  # nbval's IPyNbCell
-    if cell is None:
+    if cell is None or getattr(item, "from_build", False):  # no kernel, nothing runs
         yield
         return
     item.config.turns.take(alone=TIMING_TAG in cell.get("metadata", {}).get("tags", []))

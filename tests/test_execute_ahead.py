@@ -5,6 +5,7 @@ notebook that fails there is left to myst-nb.
 Real Sphinx builds of a small project, with real kernels.
 """
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -83,6 +84,16 @@ def test_notebooks_run_side_by_side_into_myst_nbs_cache(book):
         assert f"{name}.ipynb: executed ahead" in log, log
         assert f"{name}.ipynb: Using cached notebook" in log, log  # myst-nb did not run it again
     assert "a_busy met b_timed" in (source.parent / "out" / "html" / "a_busy.html").read_text()
+
+
+def test_each_execution_is_kept_for_nbval_with_the_inputs_it_ran_from(book):
+    source, _ = book
+    kept = nbformat.read(source.parent / "out" / "executed" / "a_busy.ipynb", as_version=4)
+    assert kept.cells[1].outputs[0].text == "a_busy met b_timed\n"
+    inputs = kept.metadata.ddp_book_execution.inputs
+    assert set(inputs) == {"code cells", "source files", "python", "packages", "cpu", "cores", "environment"}
+    assert inputs["environment"]["OMP_NUM_THREADS"] == os.environ["OMP_NUM_THREADS"]
+    assert not (source.parent / "out" / "executed" / "broken.ipynb").exists()  # failed: nothing to compare
 
 
 def test_a_cell_tagged_measures_time_runs_with_no_other_cell_beside_it(book):

@@ -88,7 +88,7 @@ def test_an_exception_in_the_notebook_during_a_call_leaves_the_ranks_in_step(ran
 def test_a_second_ctrl_c_while_the_ranks_answer_the_first_leaves_them_in_step(ranks):
     slow_to_stop = ("import time\ny = 1\ntry:\n    time.sleep(3600)\n"
                     "except KeyboardInterrupt:\n    time.sleep(0.3)\n    raise")
-    with ctrl_c_after(0.5, 0.55), pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt), ctrl_c_after(0.5, 0.55):
         ranks.execute(slow_to_stop)
     assert ranks.running
     assert ranks.run(lambda: "B") == ["B", "B"]
@@ -103,7 +103,7 @@ def test_ctrl_c_while_a_large_argument_is_being_sent_leaves_the_ranks_in_step(ra
     resume = threading.Timer(1.0, os.kill, (paused, signal.SIGCONT))
     resume.start()
     try:
-        with ctrl_c_after(0.5), pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt), ctrl_c_after(0.5):
             ranks.run(len, bytes(50_000_000))
     finally:
         resume.join()
@@ -113,7 +113,7 @@ def test_ctrl_c_while_a_large_argument_is_being_sent_leaves_the_ranks_in_step(ra
 
 
 def test_ctrl_c_after_some_ranks_finished_keeps_the_ranks_and_their_variables(ranks, capsys):
-    with ctrl_c_after(1.0), pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt), ctrl_c_after(1.0):
         ranks.execute("import time\ny = rank\ntime.sleep(0.05 if rank == 0 else 3600)")
     assert ranks.running and "stopped" not in capsys.readouterr().out
     assert ranks.pull("y") == [0, 1]

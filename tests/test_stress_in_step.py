@@ -86,7 +86,7 @@ def test_a_hundred_launches_with_failures_interrupts_and_timeouts_leak_nothing(t
             with pytest.raises(ddp_lab.RankFailed, match=f"call {i} fails on rank 1"):
                 ddp_lab.launch(fail_on_rank_1, 2, args=(i,))
         elif kind == "interrupt":  # anywhere: checking, starting ranks, running, stopping
-            with ctrl_c_after(rng.uniform(0.0, 0.2)), pytest.raises(KeyboardInterrupt):
+            with pytest.raises(KeyboardInterrupt), ctrl_c_after(rng.uniform(0.0, 0.2)):
                 ddp_lab.launch(sleep_for_ever, 2)
         elif kind == "timeout":
             with pytest.raises(ddp_lab.RanksTimedOut):
@@ -125,7 +125,7 @@ def test_a_hundred_persistent_calls_never_return_a_stale_reply(monkeypatch):
                     ranks.run(fail_while_rank_1_is_busy, i)
                 assert ranks.running
             elif kind == "interrupt":
-                with ctrl_c_after(rng.uniform(0.0, 0.05)), pytest.raises(KeyboardInterrupt):
+                with pytest.raises(KeyboardInterrupt), ctrl_c_after(rng.uniform(0.0, 0.05)):
                     ranks.run(sleep_for_ever, big)
                 assert ranks.running
             elif kind == "timeout":

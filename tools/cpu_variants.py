@@ -154,7 +154,9 @@ def run_variant(name, env_changes, cores, notebooks):
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--no-header",
                "-o", "addopts=", "--nbval", "--nbval-current-env",
                "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-cell-timeout", "300",
-               "-n", "2", "--dist", "loadfile", *notebooks]
+               "-n", "2", "--dist", "loadfile",
+               "--execute-notebooks",  # never the build's executions: each variant runs its own
+               *notebooks]
     started = time.monotonic()
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                             preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)

@@ -21,6 +21,11 @@ They start longest first, by the time each took when last executed
 (``recorded_durations``), so that no long notebook starts last and runs
 alone at the end.
 
+Each execution is also saved with a record of everything its outputs
+depend on (``executed_notebooks``), so that the tests that follow the build
+compare it with the committed outputs instead of executing the notebook a
+second time.
+
 A notebook that fails here is simply not cached, so myst-nb executes it again
 on its own and reports the failure the usual way, traceback and all. A port
 taken by the notebook running beside it, say, costs time and nothing else.
@@ -40,6 +45,7 @@ from jupyter_cache.executors.utils import single_nb_execution
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
+import executed_notebooks
 from machine_turns import Turns
 from recorded_durations import longest_first
 
@@ -60,6 +66,7 @@ class NotebookTurns:
 
     def __init__(self, folder):
         self.turns = Turns(folder)
+        self.cell_times = {}  # cell index: [start, end], seconds since the epoch (kept with the execution)
 
     def take(self, alone):
         self.turns.take(alone)
@@ -69,8 +76,10 @@ class NotebookTurns:
 
     def on_cell_execute(self, cell, cell_index):
         self.take(alone=TIMING_TAG in cell.metadata.get("tags", []))
+        self.cell_times[cell_index] = [round(time.time(), 3)]
 
     def on_cell_executed(self, cell, cell_index, execute_reply):
+        self.cell_times[cell_index].append(round(time.time(), 3))
         if self.turns.held == "alone":
             self.take(alone=False)
 
@@ -95,7 +104,7 @@ def execute_ahead(app: Sphinx, env, docnames):
     with tempfile.TemporaryDirectory(prefix="ddp-book-turns-") as turns_folder, ThreadPoolExecutor(jobs) as pool:
         runs = {pool.submit(_execute, path, nb, nb_config, turns_folder): path for path, nb in notebooks}
         for run in as_completed(runs):
-            _store(cache, runs[run], run)  # the cache is written from this thread only
+            _store(cache, runs[run], run, saved=_saved_path(app, runs[run]))  # the cache is written from this thread only
     logger.info(f"executed {len(notebooks)} notebooks ahead in {time.perf_counter() - started:.1f} s")
 
 
@@ -110,9 +119,10 @@ def _in_cache(cache, nb):
 def _execute(path, nb, nb_config, turns_folder):
     """Run one notebook in its own folder, as myst-nb's cache mode does."""
     turns = NotebookTurns(turns_folder)
+    inputs = executed_notebooks.inputs(nb)  # before it runs: what it ran from
     turns.take(alone=False)  # for the kernel's start
     try:
-        return single_nb_execution(
+        return inputs, turns.cell_times, single_nb_execution(
             nb,
             cwd=str(path.parent.resolve()),
             timeout=nb_config.execution_timeout,
@@ -125,21 +135,28 @@ def _execute(path, nb, nb_config, turns_folder):
         turns.release()  # after the kernel stopped, or when a cell failed
 
 
-def _store(cache, path, run):
+def _saved_path(app, path):
+    """Where the execution is kept for nbval: ``_build/executed/`` for the book
+    (``executed_notebooks.saved_path``), the notebook's place under the sources."""
+    return Path(app.outdir).parent / "executed" / path.resolve().relative_to(Path(app.srcdir).resolve())
+
+
+def _store(cache, path, run, saved):
     """Cache a run the way myst-nb's cache mode does (its own code cannot take
     the cell hooks above, so these two calls are repeated from it)."""
     # A kernel that would not start raises; a cell that raised or timed out is in result.err.
-    error = run.exception() or run.result().err
+    error = run.exception() or run.result()[-1].err
     if error is not None:
         logger.info(f"{path}: failed ahead ({type(error).__name__}); myst-nb will execute it alone")
         return
-    result = run.result()
+    inputs, cell_times, result = run.result()
     record = cache.add_nb_to_project(str(path))
     cache.cache_notebook_bundle(
         CacheBundleIn(result.nb, record.uri, data={"execution_seconds": result.time}),
         check_validity=False,
         overwrite=True,
     )
+    executed_notebooks.save(saved, result.nb, inputs, result.time, cell_times)  # for nbval
     logger.info(f"{path}: executed ahead in {result.time:.2f} seconds")
 
 
