@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 sys.path.insert(0, str(ROOT / "tests"))
 from reproducible_numerics import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports nothing)
-from machine_turns import Turns  # noqa: E402  (standard library only)
+from machine_turns import TIMING_TAG, Turns  # noqa: E402  (standard library only)
 from recorded_durations import FILE_DURATIONS, longest_first  # noqa: E402  (standard library only)
 
 # nbval compares the build's execution of a notebook when it is current,
@@ -87,8 +87,6 @@ def pytest_sessionfinish(session):
 # kept the machine half idle (8m25s for the suite at -n 4, against 7 min
 # without turns). The lock files are in a folder the controller makes and
 # hands to its xdist workers.
-
-TIMING_TAG = "measures-time"
 
 
 def pytest_configure(config):

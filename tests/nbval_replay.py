@@ -2,8 +2,8 @@
 
 A pytest plugin the root ``conftest.py`` loads. For each notebook nbval
 collects, it looks for the build's execution of it (saved by
-``book/_ext/execute_ahead.py``); if that execution's fingerprint is the one
-this process computes (same code, sources, packages, CPU and settings:
+``book/_ext/execute_ahead.py``); if the inputs it ran from are the ones
+this process sees (same code, sources, packages, CPU and settings:
 ``book/_ext/executed_notebooks.py``), each cell's check is nbval's own,
 applied to the outputs the build's kernel produced: an exception in a cell
 not tagged to raise one fails it, the outputs are compared with the
@@ -79,7 +79,7 @@ class CellFromBuild(IPyNbCell):
         if self.options["skip"]:
             pytest.skip()
         executed = self.parent.executed_cells[self.cell_num]
-        assert executed.source == self.cell.source, "the fingerprint covers every code cell"
+        assert executed.source == self.cell.source, "the inputs cover every code cell"
         outputs = list(executed.outputs)
         errors = [output for output in outputs if output.output_type == "error"]
         if errors and not self.options["check_exception"]:

@@ -46,12 +46,10 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 
 import executed_notebooks
-from machine_turns import Turns
+from machine_turns import TIMING_TAG, Turns
 from recorded_durations import longest_first
 
 logger = logging.getLogger(__name__)
-
-TIMING_TAG = "measures-time"
 
 
 class NotebookTurns:
@@ -138,7 +136,7 @@ def _execute(path, nb, nb_config, turns_folder):
 def _saved_path(app, path):
     """Where the execution is kept for nbval: ``_build/executed/`` for the book
     (``executed_notebooks.saved_path``), the notebook's place under the sources."""
-    return Path(app.outdir).parent / "executed" / path.resolve().relative_to(Path(app.srcdir).resolve())
+    return executed_notebooks.saved_path(path, sources=app.srcdir, folder=Path(app.outdir).parent / "executed")
 
 
 def _store(cache, path, run, saved):

@@ -8,8 +8,8 @@ same interpreter with the same packages on the same CPU, under the same
 settings, gives the outputs the build has just written down.
 
 So the build (``execute_ahead``) saves each notebook it executed under
-``_build/executed/``, together with a *fingerprint* of everything its
-outputs depend on, taken just before the kernel started:
+``_build/executed/``, together with a record of everything its
+outputs depend on (its *inputs*), taken just before the kernel started:
 
 * the notebook's code cells, in order;
 * every file under ``ddp_lab/``, ``book/`` and ``labs/`` that is not a
@@ -21,10 +21,10 @@ outputs depend on, taken just before the kernel started:
 * every environment variable that reaches the float path, the launcher or
   the kernel: ``OMP_*``, ``MKL_*``, ``ATEN_*``, ``ONEDNN_*``, ``TORCH_*``,
   ``NCCL_*``, ``GLOO_*``, ``CUDA_*``, ``LD_PRELOAD``, ``PYTHON*`` and the
-  like (``FINGERPRINT_ENV``).
+  like (``INPUT_VARIABLES``).
 
-The root ``conftest.py`` computes the same fingerprint when nbval collects a
-notebook. If a saved execution carries it, nbval compares *that* execution's
+``tests/nbval_replay.py`` takes the same inputs when nbval collects a
+notebook. If a saved execution's are equal to them, nbval compares *that* execution's
 outputs with the committed ones, cell by cell, with its own comparison and
 sanitize rules (an error in a cell fails it, as in a live run); anything
 else (no build, an edited file, another package version, another CPU, a
@@ -33,8 +33,8 @@ executes the notebook itself, as always. This is the rule build systems
 use for test results (Bazel caches a test's result under a digest of all
 its inputs): the check is the same, done once. ``python -m pytest
 --execute-notebooks`` executes every notebook regardless, and
-``tools/cpu_variants.py`` always does (its simulated CPUs change what a
-fingerprint cannot see, such as ``LD_PRELOAD``'d libraries' contents).
+``tools/cpu_variants.py`` always does (its simulated CPUs change what the
+inputs cannot see, such as ``LD_PRELOAD``'d libraries' contents).
 
 Imports nothing but the standard library: the root conftest.py loads it
 before torch.
@@ -56,7 +56,7 @@ EXECUTED = ROOT / "_build" / "executed"
 SOURCE_FOLDERS = ("ddp_lab", "book", "labs")
 SKIPPED_FOLDERS = {"_build", "__pycache__", ".ipynb_checkpoints", ".jupyter_cache", "node_modules"}
 # Environment variables whose value can change what a notebook prints.
-FINGERPRINT_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ATEN_", "ONEDNN_", "DNNL_",
+INPUT_VARIABLES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ATEN_", "ONEDNN_", "DNNL_",
                    "TORCH", "PYTORCH_", "NCCL_", "GLOO_", "CUDA_", "NVIDIA_", "MASTER_",
                    "WORLD_SIZE", "RANK", "LOCAL_", "GROUP_", "LD_", "PYTHON", "IPYTHON",
                    "JUPYTER", "MPLBACKEND", "DDP_LAB_", "SLURM_", "TZ", "LANG", "LC_")
@@ -75,14 +75,16 @@ def inputs(notebook: dict) -> dict:
         "cpu": _digest(_cpu()),
         "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "environment": {name: value for name, value in sorted(os.environ.items())
-                        if name.startswith(FINGERPRINT_ENV)},
+                        if name.startswith(INPUT_VARIABLES)},
     }
 
 
-def saved_path(notebook_path: Path) -> Path:
-    """Where the book's build saves its execution of ``notebook_path``: beside
-    the HTML, at the notebook's place in the repository."""
-    return EXECUTED / Path(notebook_path).resolve().relative_to(ROOT)
+def saved_path(notebook_path: Path, sources: Path | None = None, folder: Path | None = None) -> Path:
+    """Where a build keeps its execution of ``notebook_path``: in ``folder``,
+    at the notebook's place under ``sources``. For the book, ``_build/executed/``
+    beside the HTML and the repository (the defaults)."""
+    sources, folder = Path(sources or ROOT).resolve(), folder or EXECUTED
+    return folder / Path(notebook_path).resolve().relative_to(sources)
 
 
 def save(path: Path, executed: dict, inputs_before: dict, seconds: float, cell_times=None) -> None:

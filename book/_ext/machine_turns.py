@@ -34,6 +34,10 @@ import fcntl
 import os
 from pathlib import Path
 
+# The tag of a notebook cell that measures time: it takes the machine alone
+# (the build's execute_ahead and the root conftest.py's nbval turns).
+TIMING_TAG = "measures-time"
+
 
 class Turns:
     """One participant's turns on the machine; the lock files live in ``folder``."""
