@@ -70,11 +70,14 @@ def test_compare_replicas_refuses_different_models():
 # ---- stragglers -------------------------------------------------------------------------
 
 def _timed_steps(slow_rank):
+    # Every rank computes 0.1 s per step and the slow one 0.2 s more: wide enough
+    # margins that a loaded machine's scheduling delays (tens of ms) cannot flip
+    # the verdict. With 0.05 s and nothing for the others, CI once saw rank 0
+    # wait less than the slow rank.
     timer = WaitComputeTimer()
     for _ in range(4):
         with timer.computing():
-            if dist.get_rank() == slow_rank:
-                time.sleep(0.05)
+            time.sleep(0.1 + 0.2 * (dist.get_rank() == slow_rank))
         with timer.waiting():
             dist.all_reduce(torch.ones(4))
         timer.step()
@@ -96,6 +99,12 @@ def test_find_straggler_thresholds_and_bad_input():
     assert find_straggler(small).straggler is None
     slow = even[:3] + [RankTimes(3, 2.0, 0.0, 10)]
     assert find_straggler(slow).straggler == 3
+    assert "computed longest and waited least" in str(find_straggler(slow))
+    waits_elsewhere = [RankTimes(0, 1.0, 0.0, 10)] + even[1:3] + [RankTimes(3, 2.0, 0.5, 10)]
+    verdict = find_straggler(waits_elsewhere)  # rank 3 computes longest, rank 0 waits least
+    assert (verdict.straggler, verdict.least_waiting) == (3, 0)
+    assert "computed longest and waited least" not in str(verdict)
+    assert "100.0 ms per step more" in str(verdict) and "rank 0 waited least" in str(verdict)
     with pytest.raises(ValueError, match="at least 2 ranks"):
         find_straggler(even[:1])
     with pytest.raises(ValueError, match="tolerance"):

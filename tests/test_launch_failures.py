@@ -135,8 +135,8 @@ def test_interrupting_stops_every_rank_within_two_seconds():
 
     main = threading.get_ident()
     timer = threading.Timer(1.5, lambda: signal.pthread_kill(main, signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt):  # entered first: the signal can only land inside it
+        timer.start()
         ddp_lab.launch(work, 4, timeout=60)
     interrupted = time.monotonic()
     assert not wait_until_no_ranks(2.0)

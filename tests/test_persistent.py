@@ -89,21 +89,33 @@ def test_push_gives_every_rank_the_notebooks_values(ranks, capsys):
     assert ranks.pull("base")[2].item() == 1.0
 
 
-def test_interrupting_a_cell_keeps_the_ranks(ranks):
-    main = threading.get_ident()
-    threading.Timer(0.7, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
-    start = time.monotonic()
+def test_interrupting_a_cell_keeps_the_ranks(ranks, tmp_path):
+    # Ctrl-C once every rank has set y (each touches a file then), not after a
+    # fixed delay that a loaded machine could outrun.
+    main, ready, sent = threading.get_ident(), [tmp_path / f"rank{r}" for r in range(3)], []
+
+    def interrupt_when_ready():
+        deadline = time.monotonic() + 30
+        while not all(path.exists() for path in ready) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        sent.append(time.monotonic())
+        signal.pthread_kill(main, signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt_when_ready, daemon=True)
     with pytest.raises(KeyboardInterrupt):
-        ranks.execute("import time\ny = 1\ntime.sleep(3600)")
-    assert time.monotonic() - start < 0.7 + 2
+        interrupter.start()
+        ranks.execute(f"import time\ny = 1\nopen(f'{tmp_path}/rank{{rank}}', 'w').close()\ntime.sleep(3600)")
+    assert time.monotonic() - sent[0] < 2  # the cell gave the kernel back at once
+    assert all(path.exists() for path in ready)
     assert ranks.running and ranks.pull("y") == [1, 1, 1]
 
 
 def test_interrupting_ranks_stuck_in_a_collective_stops_them(ranks):
     main = threading.get_ident()
-    threading.Timer(0.7, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    timer = threading.Timer(0.7, lambda: signal.pthread_kill(main, signal.SIGINT))
     start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt):  # entered first: the signal can only land inside it
+        timer.start()
         ranks.execute("if rank == 0:\n    dist.all_reduce(torch.ones(1))\nelse:\n    import time; time.sleep(3600)")
     assert time.monotonic() - start < 0.7 + 2
     assert not ranks.running

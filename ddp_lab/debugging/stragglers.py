@@ -115,8 +115,14 @@ class StragglerVerdict:
     def __str__(self) -> str:
         if self.straggler is None:
             return "no straggler: no rank computes much longer than the others"
-        return (f"rank {self.straggler} is the straggler: it computed longest and waited least; "
-                f"the other ranks spent about that difference waiting for it in the collectives")
+        if self.least_waiting == self.straggler:
+            return (f"rank {self.straggler} is the straggler: it computed longest and waited least; "
+                    f"the other ranks spent about that difference waiting for it in the collectives")
+        # The compute times alone do not explain the waiting: say so rather than claim it.
+        return (f"rank {self.straggler} is the straggler: it computed longest, "
+                f"{1e3 * self.excess_per_step_s:.1f} ms per step more than the others; but rank "
+                f"{self.least_waiting} waited least, so that rank also loses time outside the timed "
+                f"code (time the whole step)")
 
     __repr__ = __str__
 
