@@ -9,6 +9,7 @@ same on any x86-64 machine, whatever its CPU and its number of cores.
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +30,15 @@ pytest_plugins = ["nbval_replay"]
 # Set, not defaulted: an OMP_NUM_THREADS=8 left in the shell would change the
 # float path, and every notebook would differ from its committed outputs.
 os.environ.update(REPRODUCIBLE_NUMERICS)
+
+# Many tests play a reader pressing Ctrl-C (SIGINT, which Python turns into
+# KeyboardInterrupt). Python installs that handler at startup only "if the
+# parent process has not changed it" (the signal module's documentation), and
+# a shell script that starts a command in the background (`cmd &`) starts it
+# with SIGINT ignored: those tests would then wait for an interrupt that never
+# comes. Install Python's own handler; processes the tests start get it too.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # --doctest-modules imports every module to find its examples; these run
 # code when imported (the forkserver's preload freezes the garbage

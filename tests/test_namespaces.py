@@ -117,6 +117,34 @@ def test_a_wrong_interface_name_fails_in_init_process_group():
 
 
 @needs_root
+def test_without_an_interface_name_the_refused_connection_is_reported():
+    from ddp_lab.cluster import measure
+
+    with Cluster(2) as cluster:
+        choices = measure.interface_choices(cluster)
+    assert "Unable to find address for: ib0" in choices["ib0"]
+    assert "Connection refused, remote=[127.0.0.1]:<port>" in choices["unset"]
+
+
+def test_the_reported_error_is_the_root_cause_whichever_rank_is_lowest():
+    # What a CI build of Chapter 12 got: rank 0 failed only because rank 2 gave up first.
+    from ddp_lab import RankFailed
+    from ddp_lab.cluster.measure import _error_line
+
+    refused = ("Gloo connectFullMesh failed with [.../gloo/transport/tcp/pair.cc:152] timed out "
+               "connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:41234")
+    closed = ("Gloo connectFullMesh failed with [.../gloo/transport/tcp/pair.cc:553] Connection closed "
+              "by peer [127.0.0.1]:39876. This is typically caused by a remote worker crashing.")
+    error = RankFailed(0, "RuntimeError", closed, "Traceback ...", other_failures={2: f"RuntimeError: {refused}"})
+    assert _error_line(error) == ("RuntimeError: Gloo connectFullMesh failed with [.../gloo/transport/tcp/"
+                                  "pair.cc:152] timed out connecting: SO_ERROR: Connection refused, "
+                                  "remote=[127.0.0.1]:<port>")
+    only_consequences = RankFailed(1, "RuntimeError", closed, "Traceback ...")
+    assert _error_line(only_consequences).endswith("Connection closed by peer [127.0.0.1]:<port>. "
+                                                   "This is typically caused by a remote worker crashing.")
+
+
+@needs_root
 def test_torchrun_agents_meet_across_the_namespaces():
     with Cluster(2) as cluster:
         agents = cluster.torchrun(ROOT / "labs" / "scripts" / "train.py", ["--print-ranks", "--epochs", "0"],

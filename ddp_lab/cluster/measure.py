@@ -214,13 +214,32 @@ def interface_choices(cluster):
     return results
 
 
+# gloo's words for a connection that the *other* end dropped: the rank that
+# says it failed because another rank failed first (its process exited).
+_CONSEQUENCE = "Connection closed by peer"
+
+
 def _error_line(error):
-    """The first line of a launch error, without the ranks' port numbers."""
+    """The root cause of a failed launch, on one line, without the ranks' port numbers.
+
+    Several ranks fail when the mesh cannot form: the one whose connection was
+    refused, and the ranks it was already connected to, which then read
+    "Connection closed by peer" once it has given up and closed its
+    connections (seen in a CI build of Chapter 12). Which of them has
+    the lowest rank (the one ``RankFailed`` names first) depends on the ports
+    the OS picked, so the line is the lowest rank's error among those that are
+    not such consequences.
+    """
     import re
 
-    line = str(error).splitlines()[0]
-    line = re.sub(r"^rank \d+ raised ", "", line)          # which rank fails first varies
-    line = re.sub(r" \(ranks [\d, ]+ failed too\)$", "", line)
+    from ..launcher.errors import RankFailed
+
+    if isinstance(error, RankFailed):
+        failures = {error.rank: f"{error.exc_type}: {error.exc_message}", **error.other_failures}
+        causes = [message for _, message in sorted(failures.items()) if _CONSEQUENCE not in message]
+        line = (causes or [failures[error.rank]])[0].splitlines()[0]
+    else:
+        line = str(error).splitlines()[0]
     line = re.sub(r"\[enforce fail at [^\]]*\] ", "", line)
     return re.sub(r"\]:\d+(\$\d+)?", "]:<port>", line)
 
