@@ -136,7 +136,7 @@ def _execute(path, nb, nb_config, turns_folder):
 def _saved_path(app, path):
     """Where the execution is kept for nbval: ``_build/executed/`` for the book
     (``executed_notebooks.saved_path``), the notebook's place under the sources."""
-    return executed_notebooks.saved_path(path, sources=app.srcdir, folder=Path(app.outdir).parent / "executed")
+    return executed_notebooks.saved_path(path, sources=app.srcdir, folder=Path(app.outdir).parent / executed_notebooks.EXECUTED.name)
 
 
 def _store(cache, path, run, saved):
