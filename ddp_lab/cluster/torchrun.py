@@ -9,9 +9,14 @@ a reader would in a terminal, and keeps what it printed:
     >>> run.rank_lines()                                                     # doctest: +SKIP
     ['[rank 0] restart 0: WORLD_SIZE=2, backend gloo, devices cpu', ...]
 
-``torchrun`` is started as ``python -m torch.distributed.run`` with the
-notebook's own interpreter, which is the same program the ``torchrun``
-command runs, so the script sees the torch (and ddp_lab) of this kernel.
+The command is ``python -m torch.distributed.run`` with the notebook's own
+interpreter, which is the same program the ``torchrun`` command runs, so the
+script sees the torch (and ddp_lab) of this kernel. Its agent is not started
+fresh but forked from the forkserver the ranks of ``launch`` come from, which
+has imported torch already; it then calls torchrun's own entry point
+(``ddp_lab.cluster.forked_agent``). That saves each agent the seconds of
+importing torch; the workers it starts are fresh Pythons, as torchrun starts
+them everywhere.
 
 Everything stays on loopback: the rendezvous listens on 127.0.0.1, gloo binds
 to the loopback interface (``GLOO_SOCKET_IFNAME``) and ports are picked free
@@ -40,6 +45,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ddp_lab.cluster.forked_agent import start_command
 from ddp_lab.host import loopback_interface
 from ddp_lab.validate import check_int_at_least, check_positive_int
 
@@ -52,7 +58,9 @@ RESTART_SAFE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")  # glog: level, date, time
 # Every process of one agent (the agent, its workers, what they start) carries
 # this variable, set to a value of its own: found by it, a worker is found
-# even after its agent died and it was handed to another parent.
+# even after its agent died and it was handed to another parent. (A forked
+# agent has it in os.environ but not in /proc/PID/environ, which shows the
+# environment a process was exec'd with; it is stopped through its handle.)
 RUN_TAG = "DDP_LAB_TORCHRUN_TAG"
 # How long the workers of an agent that exited may keep its output open
 # before they are taken for orphans and stopped.
@@ -195,7 +203,9 @@ def run_together(commands, *, env=None, envs=None, cwd=None, timeout=120.0) -> l
     """Start every command at once, wait for all, return their runs in order.
 
     ``env`` adds variables for every command, ``envs`` (a list, one dict per
-    command) for each command alone.
+    command) for each command alone. A torchrun agent with this interpreter
+    is forked from the forkserver, any other command started as a new
+    process (``ddp_lab.cluster.forked_agent.start_command``).
 
     Past ``timeout`` seconds, or on any error (KeyboardInterrupt included),
     every agent still running is stopped with all its workers, and a
@@ -210,9 +220,7 @@ def run_together(commands, *, env=None, envs=None, cwd=None, timeout=120.0) -> l
     processes = []
     try:
         for command, own, tag in zip(commands, envs, tags):
-            processes.append(subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                env={**environment, **own, RUN_TAG: tag}, cwd=cwd, start_new_session=True))
+            processes.append(start_command(command, env={**environment, **own, RUN_TAG: tag}, cwd=cwd))
         outputs = _communicate_all(processes, timeout, tags)
     finally:
         for process, tag in zip(processes, tags):

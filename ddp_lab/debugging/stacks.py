@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddp_lab.cluster.forked_agent import start_command
 from ddp_lab.cluster.torchrun import (RUN_TAG, TorchrunRun, loopback_environment, processes_tagged, stop_agent,
                                      torchrun_command)
 
@@ -173,13 +174,10 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
 
     command = torchrun_command(script, args, nproc_per_node=nproc_per_node)
     tag = f"{os.getpid()}-{time.monotonic_ns()}-hung"
-    agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**loopback_environment(env), RUN_TAG: tag}, start_new_session=True)
-    output = {"stdout": [], "stderr": []}
-    readers = [threading.Thread(target=lambda s=stream, n=name: output[n].extend(s), daemon=True)
-               for name, stream in (("stdout", agent.stdout), ("stderr", agent.stderr))]
-    for reader in readers:
-        reader.start()
+    agent = start_command(command, env={**loopback_environment(env), RUN_TAG: tag})
+    output = ["", ""]  # stdout, stderr
+    reader = threading.Thread(target=lambda: output.__setitem__(slice(None), agent.communicate()), daemon=True)
+    reader.start()
     job = HungJob(tag=tag)
     start = time.monotonic()
     try:
@@ -195,13 +193,12 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
         job.seconds_to_end = time.monotonic() - dumped
     finally:
         stop_agent(agent, tag)
-        for reader in readers:
-            reader.join(5)
-    job.run = TorchrunRun(tuple(command), agent.returncode, "".join(output["stdout"]), "".join(output["stderr"]))
+        reader.join(5)
+    job.run = TorchrunRun(tuple(command), agent.returncode, *output)
     return job
 
 
-def _find_workers(agent: subprocess.Popen, count: int, deadline: float) -> dict[int, int]:
+def _find_workers(agent, count: int, deadline: float) -> dict[int, int]:
     """{rank: pid} of the agent's workers, read from their RANK variable."""
     import psutil
 
