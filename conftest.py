@@ -82,8 +82,9 @@ def pytest_sessionfinish(session):
     config = session.config
     if not config.getoption("--store-durations") or hasattr(config, "workerinput"):
         return  # only the controller writes, once every worker has reported
-    FILE_DURATIONS.write_text(json.dumps(
-        {path: round(seconds, 1) for path, seconds in sorted(_seconds_per_file.items())}, indent=1) + "\n")
+    FILE_DURATIONS.write_text(json.dumps(  # notebooks are timed by their cells (recorded_durations)
+        {path: round(seconds, 1) for path, seconds in sorted(_seconds_per_file.items())
+         if not path.endswith(".ipynb")}, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------- timing cells alone

@@ -51,9 +51,24 @@ def test_longest_first_reads_cells_and_the_stored_table(tmp_path, monkeypatch):
     assert longest_first([short, long, launch]) == [launch, long, short]
 
 
+def test_a_notebook_is_timed_by_its_cells_whatever_the_table_says(tmp_path, monkeypatch):
+    # What pytest spent on a notebook it only compared (near 0) must not make
+    # the build start its longest notebook last.
+    root = Path(recorded_durations.__file__).resolve().parents[2]
+    long, short = (root / "book" / "part4_running" / "13b_debugging.ipynb",
+                   root / "book" / "part1_foundations" / "00_how_to_read.ipynb")
+    assert notebook_seconds(json.loads(long.read_text())) > notebook_seconds(json.loads(short.read_text()))
+    table = tmp_path / "file_durations.json"
+    table.write_text(json.dumps({"book/part4_running/13b_debugging.ipynb": 0.1,
+                                 "book/part1_foundations/00_how_to_read.ipynb": 99.0}))
+    monkeypatch.setattr(recorded_durations, "FILE_DURATIONS", table)
+    assert longest_first([short, long]) == [long, short]
+
+
 def test_the_committed_table_names_files_that_exist():
     root = Path(recorded_durations.__file__).resolve().parents[2]
     stored = recorded_durations.stored_durations()
     assert stored, "tests/file_durations.json is missing: python -m pytest --store-durations"
+    assert not [name for name in stored if name.endswith(".ipynb")], "notebooks are timed by their cells"
     gone = [name for name in stored if not (root / name).exists()]
     assert len(gone) < len(stored) / 4, f"refresh tests/file_durations.json; gone: {gone}"

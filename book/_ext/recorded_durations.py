@@ -12,9 +12,14 @@ costs speed, never a result:
 
 * a notebook's committed cells carry the timestamps nbclient wrote when it
   last executed them (``metadata.execution``: ``iopub.status.busy`` to
-  ``iopub.status.idle``);
+  ``iopub.status.idle``): what executing it costs, in the build or in a test
+  run that executes it;
 * a test file's seconds are in ``tests/file_durations.json``, written by
-  ``python -m pytest --store-durations`` (the root conftest.py).
+  ``python -m pytest --store-durations`` (the root conftest.py). That table
+  holds no notebooks: what pytest spends on one is near 0 when nbval compares
+  the build's execution (``tests/nbval_replay.py``). Such figures once
+  overrode the cells' timestamps, and the build started its three longest
+  notebooks after most of the others.
 
 Imports nothing but the standard library: the root conftest.py loads it
 before torch.
@@ -42,17 +47,16 @@ def notebook_seconds(notebook: dict) -> float:
 
 
 def file_seconds(path: Path, stored: dict[str, float] | None = None) -> float:
-    """Seconds ``path`` (a test file or a notebook) took last time; ``stored``
-    is ``stored_durations()``, read once by a caller that asks for many files."""
+    """Seconds ``path`` took last time: a notebook's from its cells, a test
+    file's from the table (0 if not in it); ``stored`` is
+    ``stored_durations()``, read once by a caller that asks for many files."""
+    if path.suffix == ".ipynb":
+        return notebook_seconds(json.loads(path.read_text()))
     if stored is None:
         stored = stored_durations()
     path = path.resolve()
     if path.is_relative_to(ROOT):
-        recorded = stored.get(path.relative_to(ROOT).as_posix())
-        if recorded is not None:
-            return recorded
-    if path.suffix == ".ipynb":
-        return notebook_seconds(json.loads(path.read_text()))
+        return stored.get(path.relative_to(ROOT).as_posix(), 0.0)
     return 0.0
 
 
