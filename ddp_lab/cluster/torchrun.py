@@ -45,7 +45,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ddp_lab.cluster.forked_agent import start_command
+from ddp_lab.cluster.forked_agent import TORCHRUN_MODULE, start_command
 from ddp_lab.host import loopback_interface
 from ddp_lab.validate import check_int_at_least, check_positive_int
 
@@ -84,7 +84,7 @@ class TorchrunRun:
     def command_line(self) -> str:
         """The command as a reader would type it: ``torchrun ...``."""
         words = list(self.command)
-        if words[1:3] == ["-m", "torch.distributed.run"]:
+        if tuple(words[1:3]) == TORCHRUN_MODULE:
             words = ["torchrun"] + words[3:]
         if "--max-restarts" in words:  # restarts need a fresh store per attempt
             words = [f"{name}={value}" for name, value in RESTART_SAFE.items()] + words
@@ -155,7 +155,7 @@ def torchrun_command(script, args=(), *, nproc_per_node=2, max_restarts=0, nnode
     check_positive_int("nproc_per_node", nproc_per_node)
     check_positive_int("nnodes", nnodes)
     check_int_at_least('max_restarts', max_restarts, 0)
-    words = [sys.executable, "-m", "torch.distributed.run"]
+    words = [sys.executable, *TORCHRUN_MODULE]
     if nnodes == 1 and rdzv_endpoint is None:
         words += ["--standalone"]
     else:

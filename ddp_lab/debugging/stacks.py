@@ -175,8 +175,12 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
     command = torchrun_command(script, args, nproc_per_node=nproc_per_node)
     tag = f"{os.getpid()}-{time.monotonic_ns()}-hung"
     agent = start_command(command, env={**loopback_environment(env), RUN_TAG: tag})
-    output = ["", ""]  # stdout, stderr
-    reader = threading.Thread(target=lambda: output.__setitem__(slice(None), agent.communicate()), daemon=True)
+    output = {}
+
+    def drain():
+        output["stdout"], output["stderr"] = agent.communicate()
+
+    reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     job = HungJob(tag=tag)
     start = time.monotonic()
@@ -194,7 +198,7 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
     finally:
         stop_agent(agent, tag)
         reader.join(5)
-    job.run = TorchrunRun(tuple(command), agent.returncode, *output)
+    job.run = TorchrunRun(tuple(command), agent.returncode, output.get("stdout", ""), output.get("stderr", ""))
     return job
 
 
