@@ -37,6 +37,8 @@ BUSY = textwrap.dedent("""
             times.write(f"{time.time()}\\n")
             time.sleep(0.01)
 """)
+# Who started this kernel? (book/_ext/zygote_kernels.py)
+PARENT = 'import os; print("parent:", open(f"/proc/{os.getppid()}/cmdline").read().split("\\0")[1])'
 # A timing cell: when did it run?
 TIMED = 'start = time.time(); time.sleep(0.5); open("timed.times", "w").write(f"{start} {time.time()}")'
 
@@ -71,7 +73,7 @@ def book(tmp_path_factory):
     """A book of three notebooks, built once: (source folder, build log)."""
     source = tmp_path_factory.mktemp("book") / "source"
     source.mkdir()
-    notebook(source, "a_busy", MEET.format(me="a_busy", other="b_timed", wait=WAIT) + BUSY)
+    notebook(source, "a_busy", MEET.format(me="a_busy", other="b_timed", wait=WAIT) + BUSY, PARENT)
     notebook(source, "b_timed", MEET.format(me="b_timed", other="a_busy", wait=WAIT), (TIMED, ["measures-time"]))
     notebook(source, "broken", "raise ValueError('on purpose')")
     return source, build(source)
@@ -84,6 +86,12 @@ def test_notebooks_run_side_by_side_into_myst_nbs_cache(book):
         assert f"{name}.ipynb: executed ahead" in log, log
         assert f"{name}.ipynb: Using cached notebook" in log, log  # myst-nb did not run it again
     assert "a_busy met b_timed" in (source.parent / "out" / "html" / "a_busy.html").read_text()
+
+
+def test_the_kernels_are_forked_by_the_zygote(book):
+    source, _ = book
+    kept = nbformat.read(source.parent / "out" / "executed" / "a_busy.ipynb", as_version=4)
+    assert kept.cells[2].outputs[0].text == f"parent: {EXTENSIONS / 'kernel_zygote.py'}\n"
 
 
 def test_each_execution_is_kept_for_nbval_with_the_inputs_it_ran_from(book):

@@ -17,6 +17,11 @@ Ordinary cells, and kernels starting or stopping, share the machine; a
 timing cell waits until the other notebook's cell in progress has finished,
 and that notebook waits before its next cell until the timing cell is done.
 
+Their kernels are forked from one process that has imported torch
+(``zygote_kernels``), instead of each starting a fresh Python that imports
+torch twice, once in the kernel and once in its forkserver: that saves
+about 2.5 s of CPU per notebook, a minute of the build on two cores.
+
 They start longest first, by the time each took when last executed
 (``recorded_durations``), so that no long notebook starts last and runs
 alone at the end.
@@ -48,6 +53,7 @@ from sphinx.util import logging
 import executed_notebooks
 from machine_turns import TIMING_TAG, Turns
 from recorded_durations import longest_first
+from zygote_kernels import KernelZygote
 
 logger = logging.getLogger(__name__)
 
@@ -99,10 +105,14 @@ def execute_ahead(app: Sphinx, env, docnames):
     notebooks.sort(key=lambda item: order[item[0]])
     logger.info(f"executing {len(notebooks)} notebooks ahead, {jobs} at a time")
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="ddp-book-turns-") as turns_folder, ThreadPoolExecutor(jobs) as pool:
-        runs = {pool.submit(_execute, path, nb, nb_config, turns_folder): path for path, nb in notebooks}
-        for run in as_completed(runs):
-            _store(cache, runs[run], run, saved=_saved_path(app, runs[run]))  # the cache is written from this thread only
+    zygote = KernelZygote()  # forks the kernels (zygote_kernels): each saves importing torch twice
+    try:
+        with tempfile.TemporaryDirectory(prefix="ddp-book-turns-") as turns_folder, ThreadPoolExecutor(jobs) as pool:
+            runs = {pool.submit(_execute, path, nb, nb_config, turns_folder, zygote): path for path, nb in notebooks}
+            for run in as_completed(runs):
+                _store(cache, runs[run], run, saved=_saved_path(app, runs[run]))  # the cache is written from this thread only
+    finally:
+        zygote.stop()
     logger.info(f"executed {len(notebooks)} notebooks ahead in {time.perf_counter() - started:.1f} s")
 
 
@@ -114,7 +124,7 @@ def _in_cache(cache, nb):
     return True
 
 
-def _execute(path, nb, nb_config, turns_folder):
+def _execute(path, nb, nb_config, turns_folder, zygote):
     """Run one notebook in its own folder, as myst-nb's cache mode does."""
     turns = NotebookTurns(turns_folder)
     inputs = executed_notebooks.inputs(nb)  # before it runs: what it ran from
@@ -128,6 +138,7 @@ def _execute(path, nb, nb_config, turns_folder):
             meta_override=True,
             on_cell_execute=turns.on_cell_execute,
             on_cell_executed=turns.on_cell_executed,
+            kernel_manager_class=zygote.kernel_manager_class(),
         )
     finally:
         turns.release()  # after the kernel stopped, or when a cell failed
