@@ -70,14 +70,15 @@ def test_compare_replicas_refuses_different_models():
 # ---- stragglers -------------------------------------------------------------------------
 
 def _timed_steps(slow_rank):
-    # Every rank computes 0.1 s per step and the slow one 0.2 s more: wide enough
-    # margins that a loaded machine's scheduling delays (tens of ms) cannot flip
-    # the verdict. With 0.05 s and nothing for the others, CI once saw rank 0
-    # wait less than the slow rank.
+    # Every rank computes 0.25 s per step and the slow one 0.5 s more: wide enough
+    # margins that a loaded machine's scheduling delays cannot flip the verdict.
+    # With 0.05 s and nothing for the others, CI once saw rank 0 wait less than
+    # the slow rank; with 0.1 s for all, it once saw a rank of the even run
+    # sleep 123 ms too long in 4 steps, past find_straggler's 25% tolerance.
     timer = WaitComputeTimer()
     for _ in range(4):
         with timer.computing():
-            time.sleep(0.1 + 0.2 * (dist.get_rank() == slow_rank))
+            time.sleep(0.25 + 0.5 * (dist.get_rank() == slow_rank))
         with timer.waiting():
             dist.all_reduce(torch.ones(4))
         timer.step()
