@@ -24,6 +24,17 @@ that differ between machines change:
   instant (an IPython startup file), so processes start in another order and
   memory is laid out differently.
 
+and, only when named with ``--variants``, outside what the pins promise:
+
+* ``no-avx2``: a CPU without AVX2 and FMA (Intel before Haswell, a Celeron
+  or Pentium without AVX): the pins read a cpuinfo file that lists neither
+  (``DDP_BOOK_SIMULATED_CPUINFO``), so every process runs ATen's ``default``
+  kernels, as it would on such a CPU, where ``avx2`` would die of SIGILL.
+  MKL's COMPATIBLE branch is the same on every x86-64 CPU, but ATen's
+  default kernels sum in another order than its AVX2 ones: the notebooks
+  run, and four cells print other numbers (chapter 7 cell 2, chapter 8
+  cells 1 and 11, chapter 9 cell 10, as nbval numbers cells).
+
 Usage, from the repository root (a few minutes per variant)::
 
     python tools/cpu_variants.py                      # every variant, the notebooks with numbers
@@ -51,7 +62,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
-from reproducible_numerics import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports nothing)
+from reproducible_numerics import REPRODUCIBLE_NUMERICS, SIMULATED_CPUINFO, reproducible_numerics  # noqa: E402
 
 FAKE_INTEL_MKL = """
 int mkl_serv_intel_cpu_true(void) { return 1; }
@@ -59,6 +70,9 @@ int mkl_serv_intel_cpu(void) { return 1; }
 """
 
 EARLY_FORKSERVER = "import ddp_lab\nddp_lab.start_forkserver()\n"
+
+# Variants run only when named: CPUs whose numbers the pins do not promise.
+BEYOND_THE_PROMISE = ("no-avx2",)
 
 # One small matrix product with MKL_VERBOSE=1: MKL names the kernel branch it
 # chose ("... for Intel(R) 64 architecture <branch>, Lnx ...") and, per call,
@@ -99,6 +113,7 @@ def variants(workdir):
         "one-core": ({}, {0}),
         "other-shell": ({"OMP_NUM_THREADS": "3", "MKL_CBWR": "AUTO"}, None),
         "early-forkserver": ({"IPYTHONDIR": str(_ipython_dir_starting_the_forkserver(workdir))}, None),
+        "no-avx2": ({SIMULATED_CPUINFO: str(_cpuinfo_without_avx2(workdir))}, None),
     }
     shim = _fake_intel_mkl(workdir)
     if shim is not None:
@@ -116,6 +131,20 @@ def _fake_intel_mkl(workdir):
     source.write_text(FAKE_INTEL_MKL)
     subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)], check=True)
     return library
+
+
+def _cpuinfo_without_avx2(workdir):
+    """This machine's /proc/cpuinfo without the flags of AVX2, FMA and AVX-512."""
+    path = workdir / "cpuinfo-without-avx2"
+    lines = []
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            name, flags = line.split(":", 1)
+            kept = [f for f in flags.split() if f not in ("avx2", "fma") and not f.startswith("avx512")]
+            line = f"{name}: {' '.join(kept)}"
+        lines.append(line)
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def _ipython_dir_starting_the_forkserver(workdir):
@@ -136,7 +165,7 @@ def what_mkl_runs(env_changes, cores, pinned):
     """
     env = {**os.environ, **env_changes, "MKL_VERBOSE": "1"}
     if pinned:
-        env.update(REPRODUCIBLE_NUMERICS)
+        env.update(pins_under(env_changes))
     else:
         for name in REPRODUCIBLE_NUMERICS:
             if name not in env_changes:
@@ -147,6 +176,13 @@ def what_mkl_runs(env_changes, cores, pinned):
     if not (branch and call):
         return "MKL said nothing (is this torch built with MKL?)"
     return f"{branch.group(1)}, CNR:{call.group(1)}, {call.group(2)} thread(s)"
+
+
+def pins_under(env_changes):
+    """The pins conftest.py sets under a variant (a simulated CPU has its own)."""
+    if SIMULATED_CPUINFO in env_changes:
+        return reproducible_numerics(env_changes[SIMULATED_CPUINFO])
+    return REPRODUCIBLE_NUMERICS
 
 
 def run_variant(name, env_changes, cores, notebooks):
@@ -171,13 +207,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", help="default: every notebook with numbers in its outputs")
     parser.add_argument("--variants", nargs="+", metavar="NAME",
-                        help="default: all (pinned, mkl-thinks-intel, avx2-only, one-core, "
-                             "other-shell, early-forkserver)")
+                        help="default: every CPU the pins promise the same numbers on (pinned, "
+                             "mkl-thinks-intel, avx2-only, one-core, other-shell, early-forkserver); "
+                             f"also {', '.join(BEYOND_THE_PROMISE)}")
     args = parser.parse_args(argv)
     notebooks = args.notebooks or notebooks_with_numbers()
     with tempfile.TemporaryDirectory(prefix="cpu-variants-") as tmp:
         table = variants(Path(tmp))
-        names = args.variants or list(table)
+        names = args.variants or [name for name in table if name not in BEYOND_THE_PROMISE]
         unknown = [n for n in names if n not in table]
         if unknown:
             parser.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(table)}")
@@ -186,7 +223,8 @@ def main(argv=None):
         for name in names:
             env_changes, cores = table[name]
             print(f"{name:>17}: MKL unpinned: {what_mkl_runs(env_changes, cores, pinned=False)}\n"
-                  f"{'':>17}  MKL in the tests: {what_mkl_runs(env_changes, cores, pinned=True)}", flush=True)
+                  f"{'':>17}  MKL in the tests: {what_mkl_runs(env_changes, cores, pinned=True)}\n"
+                  f"{'':>17}  ATen in the tests: {pins_under(env_changes)['ATEN_CPU_CAPABILITY']}", flush=True)
             ok, last, seconds = run_variant(name, env_changes, cores, notebooks)
             outcomes[name] = ok
             print(f"{'':>17}  nbval: {'passed' if ok else 'FAILED'}  ({last}; {seconds:.0f} s)", flush=True)

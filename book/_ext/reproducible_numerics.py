@@ -25,18 +25,58 @@ on a CPU, each measured on chapter 10's training run (final weights hashed,
 * **ATen's vector kernels** (reductions, activations, the optimizer's
   element-wise updates), compiled for several instruction sets and chosen at
   run time: ``ATEN_CPU_CAPABILITY=avx2`` takes the AVX2 ones everywhere.
+  ATen believes the variable without asking the CPU (``compute_cpu_capability``
+  in PyTorch's ``aten/src/ATen/native/DispatchStub.cpp`` returns the named
+  level as it is; only without the variable does it check for AVX2 *and*
+  FMA), so on a CPU without them a process dies of SIGILL at the first
+  kernel that uses an instruction the CPU lacks, as chapter 10's ranks do
+  under ``ATEN_CPU_CAPABILITY=avx512`` on an AMD EPYC without AVX-512 (rank 0
+  "killed by signal SIGILL"; ``torch.softmax`` alone dies the same way). Such
+  a CPU gets
+  ``default`` instead, the kernels ATen itself picks there
+  (:func:`aten_capability`). Their sums may differ in the last bits: with
+  them, chapter 10's run ended with other weights than with ``avx2`` but
+  printed the same losses and accuracies.
 
 oneDNN, whose own ISA choice ``ONEDNN_MAX_CPU_ISA`` would pin, runs none of
 the book's float32 training (``ONEDNN_VERBOSE=1`` prints nothing for it).
 
 Each variable must be set before torch is imported (libgomp reads
 ``OMP_NUM_THREADS`` when it loads; MKL reads ``MKL_CBWR`` at its first call),
-so this module imports nothing: ``conftest.py`` and the book build
+so this module imports nothing but ``os``: ``conftest.py`` and the book build
 (``book_html.py``) put them into the environment first.
 """
 
-REPRODUCIBLE_NUMERICS = {
-    "MKL_CBWR": "COMPATIBLE",
-    "ATEN_CPU_CAPABILITY": "avx2",
-    "OMP_NUM_THREADS": "1",
-}
+import os
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The instruction-set flags Linux lists for the first CPU (empty where there is no such file)."""
+    try:
+        with open(cpuinfo) as lines:
+            for line in lines:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def aten_capability(flags: set[str]) -> str:
+    """``avx2`` where the CPU has AVX2 and FMA (ATen's own condition for its AVX2
+    kernels), else ``default``: never a level the CPU cannot run."""
+    return "avx2" if {"avx2", "fma"} <= flags else "default"
+
+
+def reproducible_numerics(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
+    """The pins for the CPU that ``cpuinfo`` describes."""
+    return {
+        "MKL_CBWR": "COMPATIBLE",
+        "ATEN_CPU_CAPABILITY": aten_capability(cpu_flags(cpuinfo)),
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+# tools/cpu_variants.py simulates a CPU without AVX2 by naming another cpuinfo file here.
+SIMULATED_CPUINFO = "DDP_BOOK_SIMULATED_CPUINFO"
+REPRODUCIBLE_NUMERICS = reproducible_numerics(os.environ.get(SIMULATED_CPUINFO, "/proc/cpuinfo"))
