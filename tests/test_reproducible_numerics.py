@@ -4,9 +4,9 @@ level of ATen's vector kernels that the CPU cannot run.
 ATen takes ``ATEN_CPU_CAPABILITY`` at its word (PyTorch's
 ``aten/src/ATen/native/DispatchStub.cpp``): a level above the CPU's kills the
 process with SIGILL at the first kernel that uses an instruction the CPU
-lacks (on this AMD EPYC without AVX-512, ``avx512`` kills softmax). So the pin is ``avx2`` only
-where the CPU has AVX2 and FMA, ATen's own condition for those kernels, and
-``default`` elsewhere.
+lacks (on an AMD EPYC without AVX-512, ``avx512`` kills softmax). So the pin
+is ``avx2`` only where the CPU has AVX2 and FMA, ATen's own condition for
+those kernels, and ``default`` elsewhere.
 """
 
 import os
@@ -18,8 +18,8 @@ import pytest
 
 from reproducible_numerics import REPRODUCIBLE_NUMERICS, aten_capability, cpu_flags
 
-# The process a test, a kernel or a rank is: the pins as the build and conftest.py set them.
-# softmax, cross-entropy's first step, runs ATen's vector kernels of the level named.
+# A process under the pins, as the build and conftest.py set them, with one ATen level
+# changed; softmax (cross-entropy's first step) runs that level's vector kernels.
 PROBE = "import torch; torch.softmax(torch.randn(64, 64), 1); print(torch.backends.cpu.get_cpu_capability())"
 
 

@@ -38,7 +38,7 @@ and, only when named with ``--variants``, outside what the pins promise:
 Usage, from the repository root (a few minutes per variant)::
 
     python tools/cpu_variants.py                      # every variant, the notebooks with numbers
-    python tools/cpu_variants.py --variants pinned one-core book/part3_ddp/10_training_loop.ipynb
+    python tools/cpu_variants.py book/part3_ddp/10_training_loop.ipynb --variants pinned one-core
 
 Before each variant's nbval run it prints what MKL runs under it, unpinned
 and with the book's pins (``what_mkl_runs``): the kernel branch MKL names
@@ -62,7 +62,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
-from reproducible_numerics import REPRODUCIBLE_NUMERICS, SIMULATED_CPUINFO, reproducible_numerics  # noqa: E402
+from reproducible_numerics import (  # noqa: E402  (imports only os)
+    REPRODUCIBLE_NUMERICS, SIMULATED_CPUINFO, cpu_flags, reproducible_numerics)
 
 FAKE_INTEL_MKL = """
 int mkl_serv_intel_cpu_true(void) { return 1; }
@@ -134,16 +135,11 @@ def _fake_intel_mkl(workdir):
 
 
 def _cpuinfo_without_avx2(workdir):
-    """This machine's /proc/cpuinfo without the flags of AVX2, FMA and AVX-512."""
+    """A cpuinfo file with this CPU's flags less those of AVX2, FMA and AVX-512
+    (the one line ``reproducible_numerics.cpu_flags`` reads)."""
+    kept = sorted(f for f in cpu_flags() if f not in ("avx2", "fma") and not f.startswith("avx512"))
     path = workdir / "cpuinfo-without-avx2"
-    lines = []
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            name, flags = line.split(":", 1)
-            kept = [f for f in flags.split() if f not in ("avx2", "fma") and not f.startswith("avx512")]
-            line = f"{name}: {' '.join(kept)}"
-        lines.append(line)
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(f"flags\t\t: {' '.join(kept)}\n")
     return path
 
 

@@ -31,12 +31,13 @@ on a CPU, each measured on chapter 10's training run (final weights hashed,
   FMA), so on a CPU without them a process dies of SIGILL at the first
   kernel that uses an instruction the CPU lacks, as chapter 10's ranks do
   under ``ATEN_CPU_CAPABILITY=avx512`` on an AMD EPYC without AVX-512 (rank 0
-  "killed by signal SIGILL"; ``torch.softmax`` alone dies the same way). Such
-  a CPU gets
-  ``default`` instead, the kernels ATen itself picks there
-  (:func:`aten_capability`). Their sums may differ in the last bits: with
-  them, chapter 10's run ended with other weights than with ``avx2`` but
-  printed the same losses and accuracies.
+  "killed by signal SIGILL"; ``torch.softmax`` alone dies the same way).
+  Such a CPU gets ``default`` instead, the kernels ATen itself picks there
+  (:func:`aten_capability`). Those sum in another order: chapter 10's run
+  ended with other weights than with ``avx2``, though it printed the same
+  losses and accuracies, and four cells of chapters 7 to 9 print other
+  numbers (``tools/cpu_variants.py --variants no-avx2``). So the numbers
+  are the same on every CPU with AVX2 and FMA, not on older ones.
 
 oneDNN, whose own ISA choice ``ONEDNN_MAX_CPU_ISA`` would pin, runs none of
 the book's float32 training (``ONEDNN_VERBOSE=1`` prints nothing for it).
