@@ -1,15 +1,15 @@
 """The book's torchrun scripts (labs/scripts/), run for real under torchrun.
 
 * every script documents every option in ``--help``;
-* train.py trains on 2 processes and writes its snapshot and final weights;
-* fault tolerance: rank 1 crashes once in step 13; under ``--max-restarts 1``
-  the job resumes from its last snapshot and ends with weights equal, bit for
-  bit, to those of an uninterrupted run with the same seed;
+* the two torchrun commands of train.py's docstring, run exactly as written:
+  the first trains on 2 processes and writes its snapshots; in the second,
+  rank 1 crashes once in step 13, and under ``--max-restarts 1`` the job
+  resumes from its last snapshot and ends with weights equal, bit for bit, to
+  those of the first (the command sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+  for the agent: without it a restart can hang, pytorch/pytorch#135712);
+  ``--final`` is run by Lab 5's checker (tests/test_checks_torchrun.py);
 * two nodes on one machine: two torchrun agents (``--nnodes 2``, c10d
   rendezvous on loopback) form one job of 4 ranks;
-* the restart command of train.py's docstring, run exactly as written, resumes
-  and ends like the uninterrupted one (it sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
-  for the agent: without it a restart can hang, pytorch/pytorch#135712);
 * nonsensical options are argparse errors; a damaged snapshot is reported with
   its path and what to do; the temporary snapshot file never follows a link.
 """
@@ -31,9 +31,6 @@ from ddp_lab.cluster.torchrun import run_together, run_two_nodes, torchrun_comma
 SCRIPTS = Path(__file__).resolve().parents[1] / "labs" / "scripts"
 TRAIN = SCRIPTS / "train.py"
 PRINT_ENV = SCRIPTS / "print_env.py"
-# 256 samples, 16 per rank and step, 2 ranks: 8 steps per epoch, 24 in all.
-# Snapshots at steps 5, 8, 10, 15, 16, 20, 24; the failure in step 13 resumes from step 10.
-SHORT = ["--samples", "256", "--epochs", "3", "--snapshot-every", "5"]
 
 
 def load_script(path):
@@ -53,53 +50,6 @@ def test_help_documents_every_option(script):
         for option in action.option_strings:
             assert option in text, f"{option} missing from {script.name} --help"
         assert action.help and " ".join(action.help.split()).split("%")[0][:30] in text, action
-
-
-@pytest.fixture(scope="module")
-def two_runs(tmp_path_factory):
-    """The same training twice at once: uninterrupted, and failing once in step 13."""
-    folder = tmp_path_factory.mktemp("train")
-    commands = []
-    for name, extra, restarts in [("plain", [], 0), ("failed", ["--fail-at-step", "13", "--fail-rank", "1"], 1)]:
-        args = [*SHORT, "--snapshot", folder / f"{name}_snapshot.pt", "--final", folder / f"{name}_final.pt", *extra]
-        commands.append(torchrun_command(TRAIN, args, nproc_per_node=2, max_restarts=restarts))
-    plain, failed = run_together(commands, timeout=240)
-    return folder, plain, failed
-
-
-def test_short_run_trains_and_writes_snapshot(two_runs):
-    folder, plain, _ = two_runs
-    assert plain.ok, plain.tail()
-    lines = plain.rank_lines()
-    assert lines[0] == "[rank 0] restart 0: WORLD_SIZE=2, backend gloo, devices cpu"
-    assert "[rank 0] no snapshot: starting from scratch" in lines
-    assert lines[-1] == "[rank 0] done: 24 steps"
-    assert [line for line in lines if "snapshot at step" in line] == [
-        f"[rank 0] snapshot at step {step}: epoch {epoch}, batch {batch}"
-        for step, epoch, batch in [(5, 0, 5), (8, 1, 0), (10, 1, 2), (15, 1, 7), (16, 2, 0), (20, 2, 4), (24, 3, 0)]]
-    snapshot = torch.load(folder / "plain_snapshot.pt", weights_only=True)
-    assert (snapshot["epoch"], snapshot["batches_done"], snapshot["step"]) == (3, 0, 24)
-    assert len(snapshot["rng"]) == 2 and snapshot["world_size"] == 2
-    assert not (folder / "plain_snapshot.pt.tmp").exists()  # renamed over the snapshot
-
-
-def test_failed_once_resumes_and_ends_bit_for_bit_equal(two_runs):
-    folder, plain, failed = two_runs
-    assert failed.ok, failed.tail()
-    lines = failed.rank_lines()
-    assert "[rank 1] injected failure in step 13 (epoch 1, batch 4)" in lines
-    assert "[rank 0] restart 1: WORLD_SIZE=2, backend gloo, devices cpu" in lines
-    assert "[rank 0] resumed from snapshot at epoch 1, batch 2 of 8 (step 10)" in lines
-    assert lines.index("[rank 1] injected failure in step 13 (epoch 1, batch 4)") < lines.index(
-        "[rank 0] restart 1: WORLD_SIZE=2, backend gloo, devices cpu")
-    assert "failed (exitcode: 1) local_rank: 1" in failed.stderr  # torchrun's own report of the crash
-    expected = torch.load(folder / "plain_final.pt", weights_only=True)
-    got = torch.load(folder / "failed_final.pt", weights_only=True)
-    assert expected.keys() == got.keys()
-    for name in expected:
-        assert torch.equal(expected[name], got[name]), name
-    # The epochs after the restart print the same loss as the uninterrupted run.
-    assert [l for l in lines if "epoch 2:" in l] == [l for l in plain.rank_lines() if "epoch 2:" in l]
 
 
 def test_two_agents_on_loopback_form_one_job_of_four_ranks():
@@ -147,30 +97,67 @@ def test_the_documented_restart_command_gives_the_agent_a_fresh_store_per_attemp
     assert documented_command(restarts=False) == "torchrun --standalone --nproc_per_node 2 train.py --epochs 3"
 
 
-def test_the_documented_restart_command_resumes_and_ends_like_the_uninterrupted_one(tmp_path):
-    """Both torchrun commands of the docstring, run as written, in a shell, each in a folder
-    holding a copy of train.py. Around them TORCH_DISABLE_SHARE_RDZV_TCP_STORE is "0"
-    (off): only the command itself turns it on."""
+@pytest.fixture(scope="module")
+def documented_runs(tmp_path_factory):
+    """Both torchrun commands of the docstring, run as written, in a shell, at once,
+    each in a folder holding a copy of train.py: the uninterrupted training, and the
+    one whose rank 1 fails in step 13. Around them TORCH_DISABLE_SHARE_RDZV_TCP_STORE
+    is "0" (off): only the command itself turns it on.
+
+    With train.py's defaults (512 samples, 16 per rank and step, 2 ranks): 16 steps
+    per epoch, 48 in all, a snapshot every 5 steps and at each epoch's end; the
+    failure in step 13 resumes from the snapshot of step 10."""
+    folder = tmp_path_factory.mktemp("documented")
     commands = []
     for name, command in [("plain", documented_command(restarts=False)),
                           ("failed", documented_command(restarts=True))]:
-        (tmp_path / name).mkdir()
-        shutil.copy(TRAIN, tmp_path / name)
+        (folder / name).mkdir()
+        shutil.copy(TRAIN, folder / name)
         commands.append(["bash", "-c", f"cd {name} && {command}"])
     environment = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0",
                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    plain, failed = run_together(commands, envs=[environment] * 2, cwd=tmp_path, timeout=240)
+    plain, failed = run_together(commands, envs=[environment] * 2, cwd=folder, timeout=240)
+    return folder, plain, failed
+
+
+def test_the_uninterrupted_command_trains_and_writes_snapshots(documented_runs):
+    folder, plain, _ = documented_runs
     assert plain.ok, plain.tail()
+    lines = plain.rank_lines()
+    assert lines[0] == "[rank 0] restart 0: WORLD_SIZE=2, backend gloo, devices cpu"
+    assert "[rank 0] no snapshot: starting from scratch" in lines
+    assert lines[-1] == "[rank 0] done: 48 steps"
+    assert [line for line in lines if "snapshot at step" in line] == [
+        f"[rank 0] snapshot at step {step}: epoch {epoch}, batch {batch}"
+        for step, epoch, batch in [(5, 0, 5), (10, 0, 10), (15, 0, 15), (16, 1, 0), (20, 1, 4),
+                                   (25, 1, 9), (30, 1, 14), (32, 2, 0), (35, 2, 3), (40, 2, 8),
+                                   (45, 2, 13), (48, 3, 0)]]
+    snapshot = torch.load(folder / "plain" / "snapshot.pt", weights_only=True)
+    assert (snapshot["epoch"], snapshot["batches_done"], snapshot["step"]) == (3, 0, 48)
+    assert len(snapshot["rng"]) == 2 and snapshot["world_size"] == 2
+    assert not (folder / "plain" / "snapshot.pt.tmp").exists()  # renamed over the snapshot
+
+
+def test_the_restart_command_resumes_and_ends_bit_for_bit_like_the_uninterrupted_one(documented_runs):
+    folder, plain, failed = documented_runs
     assert failed.ok, failed.tail()
     lines = failed.rank_lines()
     assert "[rank 1] injected failure in step 13 (epoch 0, batch 12)" in lines
+    assert "[rank 0] restart 1: WORLD_SIZE=2, backend gloo, devices cpu" in lines
     assert "[rank 0] resumed from snapshot at epoch 0, batch 10 of 16 (step 10)" in lines
-    assert lines[-1] == plain.rank_lines()[-1] == "[rank 0] done: 48 steps"
+    assert lines.index("[rank 1] injected failure in step 13 (epoch 0, batch 12)") < lines.index(
+        "[rank 0] restart 1: WORLD_SIZE=2, backend gloo, devices cpu")
+    assert "failed (exitcode: 1) local_rank: 1" in failed.stderr  # torchrun's own report of the crash
     assert "warning: torchrun may restart" not in failed.stderr  # the workers saw TORCHELASTIC_USE_AGENT_STORE=False
-    expected = torch.load(tmp_path / "plain" / "snapshot.pt", weights_only=True)
-    got = torch.load(tmp_path / "failed" / "snapshot.pt", weights_only=True)
+    assert lines[-1] == plain.rank_lines()[-1] == "[rank 0] done: 48 steps"
+    expected = torch.load(folder / "plain" / "snapshot.pt", weights_only=True)
+    got = torch.load(folder / "failed" / "snapshot.pt", weights_only=True)
+    assert expected["model"].keys() == got["model"].keys()
     for name in expected["model"]:
         assert torch.equal(expected["model"][name], got["model"][name]), name
+    # The epochs after the restart print the same loss as the uninterrupted run.
+    for epoch in (1, 2):
+        assert [l for l in lines if f"epoch {epoch}:" in l] == [l for l in plain.rank_lines() if f"epoch {epoch}:" in l]
 
 
 def test_a_restartable_job_with_the_shared_store_gets_a_warning(tmp_path):

@@ -76,6 +76,14 @@ def page(browser, site):
     yield from open_page(browser, site)
 
 
+@pytest.fixture(scope="module")
+def formulas(browser, site):
+    """One page of the harness for every test of the formulas: each imports the
+    control's module afresh (module_answers) and changes nothing in the page, so
+    they need not pay for opening one each (about 3 s of CPU here)."""
+    yield from open_page(browser, site)
+
+
 @pytest.fixture
 def page_slower_than_anywidget_waits(browser, site):
     """The same page on a machine slower than anywidget's 2-second budget for
@@ -140,9 +148,9 @@ def close(a, b):
 # --------------------------------------------------------------- formulas on grids
 
 
-def test_layout_agrees_with_topology_on_every_setting(page):
+def test_layout_agrees_with_topology_on_every_setting(formulas):
     cases = [list(c) for c in itertools.product(range(0, 5), range(1, 9), range(1, 9))]
-    answers = module_answers(page, LayoutExplorer(), "topology", cases)
+    answers = module_answers(formulas, LayoutExplorer(), "topology", cases)
     for (nodes, gpus, k), answer in zip(cases, answers):
         try:
             topology = Topology(nodes, gpus, k)
@@ -155,58 +163,58 @@ def test_layout_agrees_with_topology_on_every_setting(page):
             [(p.global_rank, p.local_rank, p.node, p.gpus) for p in topology.processes]
 
 
-def test_memory_agrees_with_memory_per_rank(page):
+def test_memory_agrees_with_memory_per_rank(formulas):
     counts = [10 ** (8 + i / 40) for i in range(0, 121, 7)] + [1.5e9, 7.5e9, 18e9, 86_544]
     cases = [[psi, n, stage, precision, optimizer]
              for psi in counts for n in WORLD_SIZES for stage in STAGES
              for precision in PRECISIONS for optimizer in OPTIMIZERS]
-    answers = module_answers(page, MemoryCalculator(), "memoryPerRank", cases)
+    answers = module_answers(formulas, MemoryCalculator(), "memoryPerRank", cases)
     for (psi, n, stage, precision, optimizer), answer in zip(cases, answers):
         row = memory_per_rank(psi, n, stage, precision=precision, optimizer=optimizer)
         for state in ("parameters", "gradients", "optimizer", "total"):
             assert close(answer[state], getattr(row, state)), (psi, n, stage, precision, optimizer, state)
     values = sorted({getattr(memory_per_rank(*c[:3], precision=c[3], optimizer=c[4]), "total") for c in cases})
-    assert module_answers(page, MemoryCalculator(), "gb", [[v] for v in values]) == [_gb(v) for v in values]
-    assert module_answers(page, MemoryCalculator(), "describeParameters", [[c] for c in counts]) == \
+    assert module_answers(formulas, MemoryCalculator(), "gb", [[v] for v in values]) == [_gb(v) for v in values]
+    assert module_answers(formulas, MemoryCalculator(), "describeParameters", [[c] for c in counts]) == \
         [describe_parameters(c) for c in counts]
 
 
-def test_all_reduce_times_agree_with_cost(page):
+def test_all_reduce_times_agree_with_cost(formulas):
     cases = [[n, w, latency, bandwidth] for n in MESSAGE_SIZES[::3] for w in (2, 3, 8, 17, 64)
              for latency in (1e-6, 1e-5, 3.3e-4) for bandwidth in (1e8, 1e10, 5e10)]
-    answers = module_answers(page, AllReduceCost(), "allReduceTimes", cases)
+    answers = module_answers(formulas, AllReduceCost(), "allReduceTimes", cases)
     for case, answer in zip(cases, answers):
         times = all_reduce_times(*case)
         for algorithm, term in itertools.product(("ring", "naive"), ("latency", "bandwidth", "total")):
             assert close(answer[algorithm][term], times[algorithm][term]), (case, algorithm, term)
     seconds = [t[a]["total"] for t in map(lambda c: all_reduce_times(*c), cases) for a in ("ring", "naive")]
-    assert module_answers(page, AllReduceCost(), "formatSeconds", [[s] for s in seconds]) == \
+    assert module_answers(formulas, AllReduceCost(), "formatSeconds", [[s] for s in seconds]) == \
         [format_seconds(s) for s in seconds]
     sizes = list(MESSAGE_SIZES) + [0, 1, 1023, 1536, 10 ** 12]
-    assert module_answers(page, AllReduceCost(), "formatBytes", [[s] for s in sizes]) == [format_bytes(s) for s in sizes]
+    assert module_answers(formulas, AllReduceCost(), "formatBytes", [[s] for s in sizes]) == [format_bytes(s) for s in sizes]
 
 
-def test_bucket_schedule_agrees_with_cost(page):
+def test_bucket_schedule_agrees_with_cost(formulas):
     cases = [[g, b, t, w, latency, bandwidth] for g in GRADIENT_SIZES[::4] for b in BUCKET_SIZES[::5]
              for t in (1e-3, 0.1) for w in (2, 8, 64) for latency in (1e-6, 1e-4) for bandwidth in (1e8, 1e11)
              if g / b <= 4096]  # whole schedules cross to Python: keep them to a few thousand buckets
-    answers = module_answers(page, BucketTradeoff(), "bucketSchedule", cases)
+    answers = module_answers(formulas, BucketTradeoff(), "bucketSchedule", cases)
     for case, answer in zip(cases, answers):
         expected = bucket_schedule(*case)
         assert len(answer) == len(expected), case
         assert all(close(a, e) for row, want in zip(answer, expected) for a, e in zip(row, want)), case
     sizes = list(BUCKET_SIZES) + list(GRADIENT_SIZES)
-    assert module_answers(page, BucketTradeoff(), "formatMiB", [[s] for s in sizes]) == [format_mib(s) for s in sizes]
+    assert module_answers(formulas, BucketTradeoff(), "formatMiB", [[s] for s in sizes]) == [format_mib(s) for s in sizes]
 
 
-def test_scaling_model_agrees_with_scaling(page):
+def test_scaling_model_agrees_with_scaling(formulas):
     """Chapter 12's control against ddp_lab.scaling, through scaling_model, on a
     grid of every kind of input (both algorithms, one node and many, 1 to 8
     cards, the two GPUs, 16- and 32-bit gradients)."""
     cases = [list(c) for c in itertools.product(
         (1e8, 7e9, 1e12), (1, 8), (1, 2, 128), ("nvlink1", "pcie"), ("infiniband", "ethernet25"), (1, 8),
         (256.0, 2.0 ** 20), ("h100", "a100"), (0.05, 1.0), ("flat", "hierarchical"), (2, 4))]
-    answers = module_answers(page, ScalingModel(), "scalingModel", cases)
+    answers = module_answers(formulas, ScalingModel(), "scalingModel", cases)
     for case, answer in zip(cases, answers):
         expected = scaling_model(*case)
         assert answer.keys() == expected.keys()
@@ -216,36 +224,36 @@ def test_scaling_model_agrees_with_scaling(page):
     collectives = [[c, n, w, a, b] for c in ("all_reduce", "reduce", "broadcast") for n in (0, 1e3, 3e9)
                    for w in (1, 2, 7, 1024) for a in (0.0, 9.6e-6) for b in (1e8, 4.5e11)]
     assert all(close(got, collective_time(*case)) for got, case in
-               zip(module_answers(page, ScalingModel(), "collectiveTime", collectives), collectives))
+               zip(module_answers(formulas, ScalingModel(), "collectiveTime", collectives), collectives))
     efficiencies = sorted({v for c in cases for k, v in scaling_model(*c).items() if k.startswith("efficiency")})
-    assert module_answers(page, ScalingModel(), "percent", [[e] for e in efficiencies]) == \
+    assert module_answers(formulas, ScalingModel(), "percent", [[e] for e in efficiencies]) == \
         [f"{e:.1%}" for e in efficiencies]
     tokens = sorted({scaling_model(*c)["tokens_to_hide"] for c in cases})
-    assert module_answers(page, ScalingModel(), "count", [[t] for t in tokens]) == [f"{t:,.0f}" for t in tokens]
+    assert module_answers(formulas, ScalingModel(), "count", [[t] for t in tokens]) == [f"{t:,.0f}" for t in tokens]
     counts = [10 ** (8 + i / 10) for i in range(41)]
-    assert module_answers(page, ScalingModel(), "describeParameters", [[c] for c in counts]) == \
+    assert module_answers(formulas, ScalingModel(), "describeParameters", [[c] for c in counts]) == \
         [describe_parameters(c) for c in counts]
 
 
-def test_answers_cross_from_the_browser_exactly(page):
+def test_answers_cross_from_the_browser_exactly(formulas):
     """module_answers' JSON transport: doubles come back bit for bit, and the
     values JSON has no words for (infinities, NaN) come back as floats too."""
     echo = SimpleNamespace(_esm="export const same = x => x;")
     values = [0.1, 1 / 3, 2.0 ** -1074, 1.7976931348623157e308, -5e-324, 123456789.0]
-    assert module_answers(page, echo, "same", [[v] for v in values]) == values
-    awkward = module_answers(page, echo, "same", [[math.inf], [-math.inf], [math.nan]])
+    assert module_answers(formulas, echo, "same", [[v] for v in values]) == values
+    awkward = module_answers(formulas, echo, "same", [[math.inf], [-math.inf], [math.nan]])
     assert awkward[:2] == [math.inf, -math.inf] and math.isnan(awkward[2])
 
 
-def test_numbers_are_formatted_as_python_formats_them(page):
+def test_numbers_are_formatted_as_python_formats_them(formulas):
     rng = random.Random(21)
     values = [0.125, 1.125, 2.5, 0.5, 1.5, 99.95, 999.5, 1e-5, 1.0000000000000002, 123456.0, 1e21, 9.9999,
               0.00012345, 5e-324, 1.7976931348623157e308, -2.675, 0.0, 1234567.5]
     values += [rng.uniform(0, 10) * 10 ** rng.randint(-8, 12) for _ in range(300)]
     cases = [[v, p] for v in values for p in (1, 2, 3, 6)]
-    assert module_answers(page, LayoutExplorer(), "formatG", cases) == [format(v, f".{p}g") for v, p in cases]
+    assert module_answers(formulas, LayoutExplorer(), "formatG", cases) == [format(v, f".{p}g") for v, p in cases]
     fixed = [[v, d] for v in values if abs(v) < 1e20 for d in (0, 1, 2)]
-    assert module_answers(page, LayoutExplorer(), "formatFixed", fixed) == [format(v, f",.{d}f") for v, d in fixed]
+    assert module_answers(formulas, LayoutExplorer(), "formatFixed", fixed) == [format(v, f",.{d}f") for v, d in fixed]
 
 
 # --------------------------------------------------------------- the controls in a page
