@@ -61,6 +61,9 @@ def pytest_addoption(parser):
     parser.addoption("--store-durations", action="store_true",
                      help=f"write each file's seconds to {FILE_DURATIONS.relative_to(ROOT)} "
                           "(the order in which the next runs start files)")
+    parser.addoption("--screenshots", action="store_true",
+                     help="the browser tests save screenshots of every page of the built book and of "
+                          "two states of each control under _build/screenshots/, for you to look at")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -5,8 +5,8 @@ outside 127.0.0.1, no Python traceback is shown (except in cells tagged
 ``raises-exception``), formulas are typeset, and animations and widgets render
 and respond.  The book's own controls (ddp_lab/widgets) are moved one by one
 and must show Python's answer for each new setting (tests/widget_pages.py).
-Screenshots of every page (JPEG) go to ``_build/screenshots/``, and of two states of
-each control to ``_build/screenshots/controls/``.
+With ``--screenshots``, screenshots of every page go to ``_build/screenshots/``,
+and of two states of each control to ``_build/screenshots/controls/``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
 EXECUTED = BUILD / "jupyter_execute"  # the notebooks as executed by the build
-SCREENSHOTS = BUILD / "screenshots"
 BUILD_LOG = BUILD / "build.log"
 CHROMIUM = "/usr/bin/chromium"
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
@@ -291,16 +290,17 @@ def check_launch_buttons(page, name, problems):
 
 
 @pytest.mark.parametrize("name", PAGES)
-def test_page_in_browser(name, site, tab):
+def test_page_in_browser(name, site, tab, screenshots):
     outputs = notebook_outputs(name)
     problems = Problems()
     with problems.watching(tab):
-        look_at_page(tab, site, name, outputs, problems)
+        look_at_page(tab, site, name, outputs, problems, screenshots)
     assert not problems, f"{name}.html:\n  " + "\n  ".join(problems)
 
 
-def look_at_page(page, site, name, outputs, problems):
-    """Open the page as a reader would, check what it shows, save its screenshot."""
+def look_at_page(page, site, name, outputs, problems, screenshots):
+    """Open the page as a reader would and check what it shows; save its
+    screenshot in ``screenshots`` (a folder, or None for none)."""
     page.goto(f"{site}/{name}.html", wait_until="load")
     page.wait_for_load_state("networkidle")
     page.evaluate(SETTLE)
@@ -316,17 +316,14 @@ def look_at_page(page, site, name, outputs, problems):
     if has_animation(outputs):
         check_animations(page, problems)
     if page.locator(".ddp-control-output").count():
-        (SCREENSHOTS / "controls").mkdir(parents=True, exist_ok=True)
-        problems.extend(exercise_controls(page, SCREENSHOTS / "controls", name.replace("/", "--")))
+        controls = screenshots / "controls" if screenshots else None
+        problems.extend(exercise_controls(page, controls, name.replace("/", "--")))
 
-    page.wait_for_load_state("networkidle")  # anything the clicks loaded
-    # back to the top, nothing focused, so the sticky header sits where a reader sees it
-    page.evaluate("() => { document.activeElement.blur(); window.scrollTo(0, 0); }")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    # JPEG: a whole chapter is 10,000 to 15,000 pixels tall; as PNG its
-    # screenshot took about 1.4 s of CPU to encode here, as JPEG about half that.
-    page.screenshot(path=SCREENSHOTS / f"{name.replace('/', '--')}.jpeg", full_page=True,
-                    type="jpeg", quality=85)
+    page.wait_for_load_state("networkidle")  # anything the clicks loaded, watched
+    if screenshots:
+        # back to the top, nothing focused, so the sticky header sits where a reader sees it
+        page.evaluate("() => { document.activeElement.blur(); window.scrollTo(0, 0); }")
+        page.screenshot(path=screenshots / f"{name.replace('/', '--')}.png", full_page=True)
 
 
 def test_a_request_for_another_host_is_reported_and_fails(browser, tmp_path):

@@ -6,8 +6,8 @@ and the network cut off, as the static book shows them.
   inputs, and print numbers exactly as Python's format() does.
 * Each control, moved in the page, shows Python's answer for the new setting,
   and its picture changes; nothing is logged to the console, nothing fetched
-  from outside 127.0.0.1. Screenshots of two states of each go to
-  ``_build/screenshots/widgets/``.
+  from outside 127.0.0.1. With ``--screenshots``, screenshots of two states
+  of each go to ``_build/screenshots/widgets/``.
 * Without JavaScript, the page shows the static picture of the default state.
 
 The same checks run on the built book's pages in tests/test_book_html.py.
@@ -39,8 +39,6 @@ from ddp_lab.widgets.scaling import ScalingModel, scaling_model
 
 from widget_pages import exercise_controls, serve, write_page
 
-ROOT = Path(__file__).resolve().parents[1]
-SCREENSHOTS = ROOT / "_build" / "screenshots" / "widgets"
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -259,10 +257,9 @@ def test_numbers_are_formatted_as_python_formats_them(formulas):
 # --------------------------------------------------------------- the controls in a page
 
 
-def test_controls_follow_python_as_they_move(page):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+def test_controls_follow_python_as_they_move(page, screenshots):
     page.wait_for_selector(".ddp-control", timeout=15_000)
-    problems = exercise_controls(page, SCREENSHOTS, "harness")
+    problems = exercise_controls(page, screenshots / "widgets" if screenshots else None, "harness")
     assert page.locator(".ddp-control").count() == 5
     assert not problems, "\n".join(problems)
 

@@ -264,7 +264,7 @@ def compare(name: str, twin, root) -> list[str]:
 def exercise_controls(page, screenshots: Path, prefix: str) -> list[str]:
     """Move every control on the page through its scenario, comparing with
     Python after each move and the picture before and after; screenshots of
-    two states of each control go to ``screenshots``."""
+    two states of each control go to ``screenshots`` (a folder; None: none)."""
     problems = []
     states = saved_states(page)
     for index, model_id in enumerate(controls_on(page)):
@@ -284,8 +284,10 @@ def exercise_controls(page, screenshots: Path, prefix: str) -> list[str]:
         for step in SCENARIOS[name]:
             if step[0] == "shot":
                 shots += 1
-                root.scroll_into_view_if_needed()
-                root.screenshot(path=screenshots / f"{prefix}-{index}-{name}-{shots}.png")
+                if screenshots:
+                    screenshots.mkdir(parents=True, exist_ok=True)
+                    root.scroll_into_view_if_needed()
+                    root.screenshot(path=screenshots / f"{prefix}-{index}-{name}-{shots}.png")
                 continue
             action, selector, value, change = step
             picture_before = root.locator("svg").first.inner_html() if root.locator("svg").count() else ""

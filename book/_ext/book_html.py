@@ -18,6 +18,8 @@ its pages also log errors in the browser console.  This extension:
   the second ``const`` is a SyntaxError on every page;
 * stops the theme's Font Awesome script from swapping ``<i class="fa ...">``
   icons for ``<svg>`` elements (see ``FONT_AWESOME_CONFIG``);
+* writes the site's index.html, the redirect to the first page, with an
+  empty icon (without one the browser asks for a /favicon.ico that is not there);
 * turns ``path_to_book: "."`` into no prefix at all, so that the Colab, Binder
   and repository links read ``blob/main/book/...`` and not ``blob/main/./book/...``;
 * pins the CPU's float kernels (``REPRODUCIBLE_NUMERICS``, explained in
@@ -30,6 +32,7 @@ book/_static/widgets_offline.js is the browser-side part for widget pages.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import shutil
@@ -141,6 +144,27 @@ def copy_static_files(app: Sphinx, exception: Exception | None) -> None:
                 shutil.copy2(source, target)
 
 
+def write_index_redirect(app: Sphinx, exception: Exception | None) -> None:
+    """The site's index.html: a redirect to the book's first page that asks for no icon.
+
+    sphinx-external-toc writes a bare ``<meta http-equiv="Refresh">`` there
+    (when no index.html exists yet, after this). A page that names no icon
+    makes the browser ask for /favicon.ico, which the book does not have (its
+    pages name _static/logo.svg), and the 404 can reach the console of a
+    reader opening the book at its root; naming the real icon instead starts a
+    request that the redirect then cuts off. An empty ``data:`` icon asks the
+    server for nothing.
+    """
+    if exception is not None or app.builder.name != "html" or app.config.root_doc == "index":
+        return
+    first_page = f"{app.config.root_doc}.html"
+    title = html.escape(app.config.html_title or app.config.project)
+    (Path(app.outdir) / "index.html").write_text(
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title>'
+        f'<link rel="icon" href="data:,"><meta http-equiv="Refresh" content="0; url={first_page}"></head>'
+        f'<body><a href="{first_page}">{title}</a></body></html>\n', encoding="utf8")
+
+
 def rewrite_cdn_links(app: Sphinx, pagename, templatename, context, doctree) -> None:
     """Point stylesheets that notebook outputs load from CDNs to _static/npm/."""
     body = context.get("body")
@@ -173,4 +197,5 @@ def setup(app: Sphinx):
     # after the other extensions have added their per-page scripts
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
     app.connect("build-finished", copy_static_files)
+    app.connect("build-finished", write_index_redirect, priority=400)  # before sphinx-external-toc's
     return {"parallel_read_safe": True, "parallel_write_safe": True}
