@@ -283,8 +283,11 @@ def _communicate_all(processes, timeout, tags):
             if thread.is_alive() and process.poll() is not None:
                 if now - agent_gone.setdefault(i, now) >= ORPHAN_GRACE:
                     _kill_all(processes_tagged(tags[i]))  # their output ends with them
-        alive = next(thread for thread in threads if thread.is_alive())
-        alive.join(min(0.1, deadline - now))
+        # The last thread may have ended since the loop's test (the orphans just
+        # stopped, say): then there is nothing left to wait for.
+        alive = next((thread for thread in threads if thread.is_alive()), None)
+        if alive is not None:
+            alive.join(min(0.1, deadline - now))
     return outputs
 
 
