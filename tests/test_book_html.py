@@ -23,15 +23,13 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from widget_pages import exercise_controls, serve
+from widget_pages import CHROMIUM, LOCAL_HOSTS, exercise_controls, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
 EXECUTED = BUILD / "jupyter_execute"  # the notebooks as executed by the build
 BUILD_LOG = BUILD / "build.log"
-CHROMIUM = "/usr/bin/chromium"
-LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

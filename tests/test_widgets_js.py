@@ -37,9 +37,7 @@ from ddp_lab.widgets.layout import LayoutExplorer
 from ddp_lab.widgets.memory import WORLD_SIZES, MemoryCalculator
 from ddp_lab.widgets.scaling import ScalingModel, scaling_model
 
-from widget_pages import exercise_controls, serve, write_page
-
-CHROMIUM = "/usr/bin/chromium"
+from widget_pages import CHROMIUM, LOCAL_HOSTS, exercise_controls, serve, write_page
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +96,7 @@ def open_page(browser, site, init_script: str = ""):
     problems = []
 
     def route(route):
-        if urlsplit(route.request.url).hostname in {"127.0.0.1", "localhost"}:
+        if urlsplit(route.request.url).hostname in LOCAL_HOSTS:
             route.continue_()
         else:
             problems.append(f"request leaves the machine (blocked): {route.request.url}")

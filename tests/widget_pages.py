@@ -18,6 +18,8 @@ from ipywidgets.embed import dependency_state
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_MODULES = ROOT / "node_modules"
+CHROMIUM = "/usr/bin/chromium"  # Debian's, driven by Playwright in both browser tests
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}  # where the pages under test may fetch from
 STATE_MIMETYPE = "application/vnd.jupyter.widget-state+json"
 
 PAGE = """<!DOCTYPE html>
