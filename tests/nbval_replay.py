@@ -9,7 +9,9 @@ applied to the outputs the build's kernel produced: an exception in a cell
 not tagged to raise one fails it, the outputs are compared with the
 committed ones through the same sanitize rules, and a difference is
 reported as nbval reports it. Otherwise nbval starts a kernel and executes
-the notebook, unchanged. ``--execute-notebooks`` makes it execute every one.
+the notebook, unchanged, except that the kernel listens on Unix sockets, not
+on TCP ports another test could take (``book/_ext/unix_socket_kernels.py``).
+``--execute-notebooks`` makes it execute every one.
 
 The summary at the end says how many notebooks were compared from the build
 and how many were executed here.
@@ -19,9 +21,12 @@ from __future__ import annotations
 
 import nbformat
 import pytest
+from nbval.cover import setup_coverage
+from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager, RunningKernel
 from nbval.plugin import IPyNbCell, IPyNbFile, coalesce_streams
 
 import executed_notebooks
+import unix_socket_kernels
 
 FROM_BUILD, HERE = "executed by the build", "executed here"
 
@@ -58,10 +63,30 @@ class NotebookFromBuild(IPyNbFile):
                                             cell=cell.cell, options=cell.options)
 
     def setup(self):
+        """nbval's setup: a kernel (on Unix sockets) unless the build's execution is used, and the sanitize rules."""
         if self.executed_cells is None:
-            super().setup()  # a kernel, as nbval always does
-        else:
-            self.setup_sanitize_files()
+            self.kernel = KernelOnUnixSockets(self.kernel_name(), cwd=str(self.path.parent),
+                                              startup_timeout=self.config.option.nbval_kernel_startup_timeout)
+            if getattr(self.config.option, "cov_source", None):
+                setup_coverage(self.config, self.kernel, self.path)
+        self.setup_sanitize_files()
+
+    def kernel_name(self):
+        """The kernel nbval chooses: its command-line options', or else the notebook's own."""
+        option = self.config.option
+        if option.nbval_current_env:
+            return CURRENT_ENV_KERNEL_NAME
+        return option.nbval_kernel_name or self.nb.metadata.get("kernelspec", {}).get("name", "python")
+
+
+class KernelOnUnixSockets(RunningKernel):
+    """nbval's running kernel, started by ``unix_socket_kernels.start_new_kernel`` (no TCP port race)."""
+
+    def __init__(self, kernel_name, cwd=None, startup_timeout=60):
+        self.km, self.kc = unix_socket_kernels.start_new_kernel(
+            kernel_name, startup_timeout=startup_timeout, cwd=cwd,
+            manager_options={"kernel_spec_manager": NbvalKernelspecManager()})
+        self._ensure_iopub_up()
 
 
 class CellFromBuild(IPyNbCell):

@@ -2,6 +2,7 @@
 
 import nbformat
 from nbclient import NotebookClient
+from unix_socket_kernels import AsyncUnixSocketKernelManager  # book/_ext: no TCP port race
 
 CELLS = [
     # A function, a class and a closure defined in notebook cells.
@@ -26,7 +27,8 @@ CELLS = [
 
 def run_notebook(cells):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   kernel_manager_class=AsyncUnixSocketKernelManager).execute()
     return ["".join(o.get("text", "") for o in cell.outputs) for cell in notebook.cells]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from jupyter_client.manager import start_new_kernel
+from unix_socket_kernels import start_new_kernel  # book/_ext: no TCP port race
 
 HELPER_PIDS = (
     "from multiprocessing import forkserver, resource_tracker\n"

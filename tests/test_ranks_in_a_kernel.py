@@ -8,7 +8,7 @@ import signal
 import time
 
 import pytest
-from jupyter_client.manager import start_new_kernel
+from unix_socket_kernels import start_new_kernel  # book/_ext: no TCP port race
 
 
 class Kernel:

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 import psutil
-from jupyter_client import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 
 from kernel_zygote import STATUS
+from unix_socket_kernels import AsyncUnixSocketKernelManager
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("kernel_zygote.py")
 KERNEL_MODULE = ("-m", "ipykernel_launcher")
@@ -181,8 +181,12 @@ class ZygoteProvisioner(LocalProvisioner):
         return self.connection_info
 
 
-class ZygoteKernelManager(AsyncKernelManager):
-    """nbclient's kernel manager, with :class:`ZygoteProvisioner` (see :meth:`KernelZygote.kernel_manager_class`)."""
+class ZygoteKernelManager(AsyncUnixSocketKernelManager):
+    """nbclient's kernel manager, with :class:`ZygoteProvisioner` (see :meth:`KernelZygote.kernel_manager_class`).
+
+    Its kernels listen on Unix sockets, not TCP ports (``unix_socket_kernels``):
+    the ranks of the notebooks beside them take ephemeral ports all the time.
+    """
 
     zygote: KernelZygote | None = None
 
