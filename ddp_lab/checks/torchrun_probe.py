@@ -16,17 +16,21 @@ Each event is one line of JSON, appended and flushed at once to
 ``EVENTS_DIR/attempt{A}_rank{R}.jsonl`` (A is torchrun's restart count), so
 the events of a worker that crashes, or is killed by torchrun, are kept.
 
+The recorders are attached the moment the script's own ``import torch``
+finishes (an import hook), not before: a script that fails before it
+imports torch (a wrong path, a typo) fails at once, without the seconds of
+CPU that importing torch costs each of the job's workers and restarts.
+
 This file imports nothing from ddp_lab: it runs inside the reader's job,
 where only torch is needed.
 """
 
+import importlib.abc
+import importlib.util
 import json
 import os
 import runpy
 import sys
-
-import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 
 def _path_of(target):
@@ -53,6 +57,9 @@ class Recorder:
 
 def attach(record):
     """Wrap torch.save, torch.load, os.replace and os.rename; hook optimizer steps."""
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
     real_save, real_load = torch.save, torch.load
     real_replace, real_rename = os.replace, os.rename
 
@@ -77,13 +84,37 @@ def attach(record):
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: record("step"))
 
 
+class AttachAfterTorchImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when ``torch`` is first imported, attaches ``record`` once it has loaded."""
+
+    def __init__(self, record):
+        self.record = record
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)  # once, and so that the real finders find torch below
+        spec = importlib.util.find_spec("torch")
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)  # torch/__init__.py, whole
+            attach(self.record)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 def main():
     if len(sys.argv) < 3:
         raise SystemExit("usage: torchrun_probe.py EVENTS_DIR SCRIPT [ARGS...]")
     events_dir, script = sys.argv[1], sys.argv[2]
     record = Recorder(events_dir)
     record("start", world_size=int(os.environ.get("WORLD_SIZE", "1")))
-    attach(record)
+    if "torch" in sys.modules:
+        attach(record)
+    else:
+        sys.meta_path.insert(0, AttachAfterTorchImport(record))
     sys.argv = sys.argv[2:]  # the script sees its own name and arguments
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python script` sets it
     runpy.run_path(script, run_name="__main__")
