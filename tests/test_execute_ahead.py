@@ -1,6 +1,6 @@
 """book/_ext/execute_ahead.py: notebooks run two at a time into myst-nb's
-cache, a cell tagged measures-time runs with no other cell beside it, and a
-notebook that fails there is left to myst-nb.
+cache while Sphinx reads the other pages, a cell tagged measures-time runs
+with no other cell beside it, and a notebook that fails there is left to myst-nb.
 
 Real Sphinx builds of a small project, with real kernels.
 """
@@ -59,6 +59,11 @@ def build(folder, *options):
         extensions = ["myst_nb", "execute_ahead"]
         nb_execution_mode = "cache"
         nb_execution_timeout = {WAIT + 30}
+
+        def setup(app):  # when each page was read: "docname seconds-since-the-epoch" lines
+            import time
+            app.connect("doctree-read", lambda app, doctree: open({str(folder.parent / "read.times")!r}, "a").write(
+                f"{{app.env.docname}} {{time.time()}}\\n"))
     """))
     pages = "\n".join(sorted(path.stem for path in folder.glob("*.ipynb")))
     (folder / "index.md").write_text(f"# Test\n\n```{{toctree}}\n{pages}\n```\n")
@@ -86,6 +91,19 @@ def test_notebooks_run_side_by_side_into_myst_nbs_cache(book):
         assert f"{name}.ipynb: executed ahead" in log, log
         assert f"{name}.ipynb: Using cached notebook" in log, log  # myst-nb did not run it again
     assert "a_busy met b_timed" in (source.parent / "out" / "html" / "a_busy.html").read_text()
+
+
+def test_the_other_pages_are_read_while_the_notebooks_execute(book):
+    source, _ = book
+    read = {}
+    for line in (source.parent / "read.times").read_text().splitlines():
+        name, when = line.split()
+        read.setdefault(name, float(when))  # the first build's
+    kept = nbformat.read(source.parent / "out" / "executed" / "a_busy.ipynb", as_version=4)
+    cell_times = kept.metadata.ddp_book_execution.cell_times
+    first_cell, last_cell = min(t[0] for t in cell_times.values()), max(t[1] for t in cell_times.values())
+    assert read["index"] < first_cell, "the index page was read only after the notebooks had run"
+    assert read["a_busy"] >= last_cell  # a notebook is read once its execution has ended
 
 
 def test_the_kernels_are_forked_by_the_zygote(book):

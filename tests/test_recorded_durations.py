@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
 import recorded_durations  # noqa: E402
-from recorded_durations import longest_first, notebook_seconds  # noqa: E402
+from recorded_durations import expected_finish_order, longest_first, notebook_seconds  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +49,17 @@ def test_longest_first_reads_cells_and_the_stored_table(tmp_path, monkeypatch):
     monkeypatch.setattr(recorded_durations, "FILE_DURATIONS", table)
     launch = root / "tests" / "test_launch.py"
     assert longest_first([short, long, launch]) == [launch, long, short]
+
+
+def test_the_expected_finish_order_simulates_longest_first_on_the_workers(tmp_path):
+    # 10 s, 6 s, 5 s and 2 s on two workers, longest first: 10 and 6 start at
+    # once; 5 starts when 6 ends and ends at 11; 2 starts at 10 and ends at 12.
+    paths = {}
+    for name, seconds in (("a", 2), ("b", 10), ("c", 5), ("d", 6)):
+        paths[seconds] = tmp_path / f"{name}.ipynb"
+        nbformat.write(timed_notebook(seconds), paths[seconds])
+    assert expected_finish_order(list(paths.values()), 2) == [paths[6], paths[10], paths[5], paths[2]]
+    assert expected_finish_order(list(paths.values()), 4) == [paths[2], paths[5], paths[6], paths[10]]
 
 
 def test_a_notebook_is_timed_by_its_cells_whatever_the_table_says(tmp_path, monkeypatch):

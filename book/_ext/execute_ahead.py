@@ -1,13 +1,17 @@
-"""Execute notebooks several at a time, ahead of Sphinx, into myst-nb's cache.
+"""Execute notebooks several at a time, while Sphinx reads, into myst-nb's cache.
 
 myst-nb executes notebooks one after the other, as Sphinx reads them. On a
 machine with two cores that leaves one idle much of the time: a kernel
 starting, a notebook importing torch, ranks waiting for each other all keep a
-single core busy. So, before Sphinx reads anything, this extension executes
-the notebooks it is about to read several at a time (``execute_ahead_jobs`` in
-``_config.yml``), exactly as myst-nb would: same working folder, timeout and
-error policy, and the results go into the same jupyter-cache. When Sphinx
-then reads them, myst-nb finds them in the cache and moves on.
+single core busy. So, when Sphinx has listed the pages it is about to read,
+this extension starts executing their notebooks several at a time
+(``execute_ahead_jobs`` in ``_config.yml``), exactly as myst-nb would: same
+working folder, timeout and error policy, and the results go into the same
+jupyter-cache. Sphinx reads the other pages first, then each notebook once
+its execution has ended (its source-read event waits for it), in the order
+they should end; so when myst-nb reads a notebook it finds it in the cache
+and moves on, and most of the reading is done on a core the last kernels
+leave free.
 
 Cells that measure time are tagged ``measures-time``, and each runs with the
 machine to itself: a benchmark sharing the cores with another notebook would
@@ -32,7 +36,7 @@ compare it with the committed outputs instead of executing the notebook a
 second time.
 
 A notebook that fails here is simply not cached, so myst-nb executes it again
-on its own and reports the failure the usual way, traceback and all. A port
+itself and reports the failure the usual way, traceback and all. A port
 taken by the notebook running beside it, say, costs time and nothing else.
 """
 
@@ -40,7 +44,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import nbformat
@@ -52,7 +56,7 @@ from sphinx.util import logging
 
 import executed_notebooks
 from machine_turns import TIMING_TAG, Turns
-from recorded_durations import longest_first
+from recorded_durations import expected_finish_order, longest_first
 from zygote_kernels import KernelZygote
 
 logger = logging.getLogger(__name__)
@@ -89,31 +93,99 @@ class NotebookTurns:
 
 
 def execute_ahead(app: Sphinx, env, docnames):
-    """Sphinx's env-before-read-docs: execute the notebooks about to be read."""
+    """Sphinx's env-before-read-docs: start executing the notebooks about to be
+    read, and have Sphinx read the other pages first, then the notebooks in
+    the order they should finish."""
     nb_config = env.mystnb_config  # myst-nb's, with the cache's path resolved
     jobs = app.config.execute_ahead_jobs
     if nb_config.execution_mode != "cache" or jobs < 2:
         return
     cache = get_cache(nb_config.execution_cache_path)
-    paths = [Path(env.doc2path(name)) for name in sorted(docnames)]
-    notebooks = [(path, nbformat.read(path, as_version=4)) for path in paths if path.suffix == ".ipynb"]
-    notebooks = [(path, nb) for path, nb in notebooks if not _in_cache(cache, nb)]
+    paths = {name: Path(env.doc2path(name)) for name in docnames}
+    notebooks = {name: nbformat.read(path, as_version=4) for name, path in paths.items() if path.suffix == ".ipynb"}
+    notebooks = {name: nb for name, nb in notebooks.items() if not _in_cache(cache, nb)}
     if not notebooks:
         return
-    # Longest first (recorded_durations): the last notebook to start is a short one.
-    order = {path: i for i, path in enumerate(longest_first([path for path, _ in notebooks]))}
-    notebooks.sort(key=lambda item: order[item[0]])
-    logger.info(f"executing {len(notebooks)} notebooks ahead, {jobs} at a time")
-    started = time.perf_counter()
-    zygote = KernelZygote()  # forks the kernels (zygote_kernels): each saves importing torch twice
-    try:
-        with tempfile.TemporaryDirectory(prefix="ddp-book-turns-") as turns_folder, ThreadPoolExecutor(jobs) as pool:
-            runs = {pool.submit(_execute, path, nb, nb_config, turns_folder, zygote): path for path, nb in notebooks}
-            for run in as_completed(runs):
-                _store(cache, runs[run], run, saved=_saved_path(app, runs[run]))  # the cache is written from this thread only
-    finally:
-        zygote.stop()
-    logger.info(f"executed {len(notebooks)} notebooks ahead in {time.perf_counter() - started:.1f} s")
+    runs = app.execute_ahead = AheadRuns(app, cache, {name: (paths[name], nb) for name, nb in notebooks.items()}, jobs)
+    finish = {name: i for i, name in enumerate(runs.expected_finish)}
+    docnames.sort(key=lambda name: finish.get(name, -1))  # in place, as the event allows; stable
+    if app.parallel > 1:  # a parallel reader reads in other processes: have everything stored first
+        runs.finish()
+
+
+class AheadRuns:
+    """The notebooks executing ahead of Sphinx's reader, started longest
+    first (``recorded_durations``) in ``jobs`` threads, each stored in the
+    cache when the reader reaches it (:meth:`wait_for`, from Sphinx's
+    source-read event) or when reading ends (:meth:`finish`).
+
+    Only Sphinx's thread writes the cache. While the reader waits for one
+    notebook, the others keep executing; while the last ones execute, it
+    reads the pages and notebooks that are done, on a core their kernels
+    leave free. Reading is work like any other: the reader holds a shared
+    turn on the machine (``machine_turns``) except while it waits, so a
+    timing cell never runs beside it either.
+    """
+
+    def __init__(self, app, cache, notebooks, jobs):
+        self.app, self.cache = app, cache
+        order = longest_first([path for path, _ in notebooks.values()])
+        by_path = {path: name for name, (path, _) in notebooks.items()}
+        self.expected_finish = [by_path[path] for path in expected_finish_order(order, jobs)]
+        logger.info(f"executing {len(notebooks)} notebooks ahead, {jobs} at a time")
+        self.started = time.perf_counter()
+        self.zygote = KernelZygote()  # forks the kernels (zygote_kernels): each saves importing torch twice
+        self._turns = tempfile.TemporaryDirectory(prefix="ddp-book-turns-")
+        self._pool = ThreadPoolExecutor(jobs)
+        self.pending = {}
+        for path in order:  # longest first: submitted in this order, they start in it
+            name = by_path[path]
+            self.pending[name] = (path, self._pool.submit(_execute, path, notebooks[name][1], app.env.mystnb_config,
+                                                          self._turns.name, self.zygote))
+        self.count = len(notebooks)
+        self.reader = Turns(self._turns.name)  # Sphinx's own turn, for reading
+        self.reader.take(alone=False)
+
+    def wait_for(self, docname):
+        """Block until ``docname``'s execution has ended, and store it; nothing if it is not one of them."""
+        if docname in self.pending:
+            path, run = self.pending.pop(docname)
+            self.reader.release()
+            wait([run])
+            self.reader.take(alone=False)
+            _store(self.cache, path, run, saved=_saved_path(self.app, path))
+        if not self.pending:
+            self._stop()
+
+    def finish(self):
+        """Wait for and store every execution not stored yet (those the reader did not reach)."""
+        for docname in list(self.pending):
+            self.wait_for(docname)
+        self._stop()
+
+    def _stop(self):
+        if self.zygote is None:
+            return
+        self._pool.shutdown()
+        self.zygote.stop()
+        self.zygote = None
+        self.reader.close()
+        self._turns.cleanup()
+        logger.info(f"executed {self.count} notebooks ahead in {time.perf_counter() - self.started:.1f} s")
+
+
+def wait_for_execution(app: Sphinx, docname, source):
+    """Sphinx's source-read: before myst-nb reads a notebook, its execution ahead has ended and is cached."""
+    runs = getattr(app, "execute_ahead", None)
+    if runs is not None:
+        runs.wait_for(docname)
+
+
+def finish_executions(app: Sphinx, *_):
+    """Sphinx's env-updated and build-finished: no execution is left running or unstored."""
+    runs = getattr(app, "execute_ahead", None)
+    if runs is not None:
+        runs.finish()
 
 
 def _in_cache(cache, nb):
@@ -156,7 +228,7 @@ def _store(cache, path, run, saved):
     # A kernel that would not start raises; a cell that raised or timed out is in result.err.
     error = run.exception() or run.result()[-1].err
     if error is not None:
-        logger.info(f"{path}: failed ahead ({type(error).__name__}); myst-nb will execute it alone")
+        logger.info(f"{path}: failed ahead ({type(error).__name__}); myst-nb will execute it itself")
         return
     inputs, cell_times, result = run.result()
     record = cache.add_nb_to_project(str(path))
@@ -172,4 +244,7 @@ def _store(cache, path, run, saved):
 def setup(app: Sphinx):
     app.add_config_value("execute_ahead_jobs", 2, "env", types=[int])
     app.connect("env-before-read-docs", execute_ahead)
+    app.connect("source-read", wait_for_execution)
+    app.connect("env-updated", finish_executions)
+    app.connect("build-finished", finish_executions)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

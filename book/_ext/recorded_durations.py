@@ -67,6 +67,24 @@ def longest_first(paths: list[Path]) -> list[Path]:
     return sorted(paths, key=lambda path: -seconds[path])
 
 
+def expected_finish_order(paths: list[Path], workers: int) -> list[Path]:
+    """``paths`` in the order they should finish when started longest first on ``workers`` workers.
+
+    A simulation of that schedule on the recorded seconds: each job starts
+    when a worker frees up, and ends its seconds later. The build reads the
+    notebooks in this order while they execute (``execute_ahead``), so that
+    its reader seldom waits for one while another is ready.
+    """
+    stored = stored_durations()
+    free_at = [0.0] * workers
+    finish = {}
+    for path in longest_first(paths):
+        start = min(free_at)
+        finish[path] = start + file_seconds(path, stored)
+        free_at[free_at.index(start)] = finish[path]
+    return sorted(paths, key=lambda path: finish[path])
+
+
 def stored_durations() -> dict[str, float]:
     try:
         return json.loads(FILE_DURATIONS.read_text())
