@@ -225,7 +225,7 @@ def _copy_with(tmp_path, bug, old, new):
 
 
 def test_fixes_pass_and_broken_fixes_are_caught(tmp_path):
-    hung = check_fix("ring_sends", book_script(BUGS["ring_sends"].script), timeout=8)
+    hung = check_fix("ring_sends", book_script(BUGS["ring_sends"].script), timeout=4)
     assert not hung and hung.mistakes[0].kind == "did_not_finish" and "waiting in send()" in str(hung)
 
     diverged = check_fix("batchnorm", book_script(BUGS["batchnorm"].script))
@@ -244,7 +244,7 @@ def test_fixes_pass_and_broken_fixes_are_caught(tmp_path):
 
 
 def test_run_lab_script_reports_where_a_hang_waits():
-    run = run_lab_script("uneven_shards", timeout=8)
+    run = run_lab_script("uneven_shards", timeout=4)
     assert not run.finished
     text = str(run)
     assert "rank 2: waiting in barrier()" in text and "rank 0: waiting in all_reduce()" in text
