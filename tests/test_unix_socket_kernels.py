@@ -37,8 +37,9 @@ def test_the_kernel_listens_on_files_in_its_own_folder_and_on_no_tcp_port(temp_f
         assert all(stat.S_ISSOCK((folder / f"socket-{i}").stat().st_mode) for i in range(1, 6))
         # On TCP the kernel would listen on the five ports its manager chose for
         # it. Here only ipykernel's own pipe for subprocess output is left, a
-        # port the kernel binds itself (pyzmq's bind_to_random_port, which
-        # tries again if the port is taken): nothing another process can race for.
+        # port the kernel binds itself in one step, leaving the choice to the
+        # system (pyzmq's bind_to_random_port binds tcp://127.0.0.1:*):
+        # nothing another process can race for.
         listening = [c for c in psutil.Process(manager.provisioner.pid).net_connections(kind="tcp")
                      if c.status == psutil.CONN_LISTEN]
         assert len(listening) <= 1, listening

@@ -56,7 +56,7 @@ from sphinx.util import logging
 
 import executed_notebooks
 from machine_turns import TIMING_TAG, Turns
-from recorded_durations import expected_finish_order, longest_first
+from recorded_durations import expected_finish_order, longest_first, notebook_seconds
 from zygote_kernels import KernelZygote
 
 logger = logging.getLogger(__name__)
@@ -129,9 +129,10 @@ class AheadRuns:
 
     def __init__(self, app, cache, notebooks, jobs):
         self.app, self.cache = app, cache
-        order = longest_first([path for path, _ in notebooks.values()])
+        seconds = {path: notebook_seconds(nb) for path, nb in notebooks.values()}  # read once, here
+        order = longest_first(list(seconds), seconds)
         by_path = {path: name for name, (path, _) in notebooks.items()}
-        self.expected_finish = [by_path[path] for path in expected_finish_order(order, jobs)]
+        self.expected_finish = [by_path[path] for path in expected_finish_order(order, jobs, seconds)]
         logger.info(f"executing {len(notebooks)} notebooks ahead, {jobs} at a time")
         self.started = time.perf_counter()
         self.zygote = KernelZygote()  # forks the kernels (zygote_kernels): each saves importing torch twice

@@ -60,14 +60,22 @@ def file_seconds(path: Path, stored: dict[str, float] | None = None) -> float:
     return 0.0
 
 
-def longest_first(paths: list[Path]) -> list[Path]:
-    """``paths`` sorted by their recorded seconds, longest first; ties keep their order."""
+def recorded_seconds(paths: list[Path]) -> dict[Path, float]:
+    """Each path's seconds last time (``file_seconds``), the stored table read once."""
     stored = stored_durations()
-    seconds = {path: file_seconds(path, stored) for path in paths}
+    return {path: file_seconds(path, stored) for path in paths}
+
+
+def longest_first(paths: list[Path], seconds: dict[Path, float] | None = None) -> list[Path]:
+    """``paths`` sorted by their recorded seconds, longest first; ties keep their order.
+
+    ``seconds``: each path's, from a caller that has them (``recorded_seconds``).
+    """
+    seconds = recorded_seconds(paths) if seconds is None else seconds
     return sorted(paths, key=lambda path: -seconds[path])
 
 
-def expected_finish_order(paths: list[Path], workers: int) -> list[Path]:
+def expected_finish_order(paths: list[Path], workers: int, seconds: dict[Path, float] | None = None) -> list[Path]:
     """``paths`` in the order they should finish when started longest first on ``workers`` workers.
 
     A simulation of that schedule on the recorded seconds: each job starts
@@ -75,12 +83,12 @@ def expected_finish_order(paths: list[Path], workers: int) -> list[Path]:
     notebooks in this order while they execute (``execute_ahead``), so that
     its reader seldom waits for one while another is ready.
     """
-    stored = stored_durations()
+    seconds = recorded_seconds(paths) if seconds is None else seconds
     free_at = [0.0] * workers
     finish = {}
-    for path in longest_first(paths):
+    for path in longest_first(paths, seconds):
         start = min(free_at)
-        finish[path] = start + file_seconds(path, stored)
+        finish[path] = start + seconds[path]
         free_at[free_at.index(start)] = finish[path]
     return sorted(paths, key=lambda path: finish[path])
 

@@ -62,8 +62,9 @@ def start_new_kernel(kernel_name="python3", *, startup_timeout=60, manager_class
     """Start a kernel and wait until it answers; its (manager, client), as jupyter_client's function of that name.
 
     ``manager_options`` go to the manager class, ``start_kwargs`` to its
-    ``start_kernel`` (``cwd=``, for one). The kernel's standard error goes to a temporary file, and if the kernel
-    dies before it answers, the error says what it wrote there.
+    ``start_kernel`` (``cwd=``, for one). The kernel's standard error goes
+    to a temporary file, and if the kernel dies before it answers, the
+    error says what it wrote there.
     """
     manager = manager_class(kernel_name=kernel_name, **(manager_options or {}))
     with tempfile.TemporaryFile() as stderr:
