@@ -7,7 +7,6 @@ import sys
 import textwrap
 import time
 
-import cloudpickle
 import psutil
 import pytest
 import torch
@@ -15,6 +14,8 @@ import torch.distributed as dist
 
 import ddp_lab
 from ddp_lab.host import available_cores
+from ddp_lab.launcher import forkserver
+from ddp_lab.launcher.forkserver import add_forkserver_preload
 
 
 def test_results_come_back_indexed_by_rank():
@@ -145,12 +146,13 @@ def test_ranks_inherit_torch_frozen_out_of_the_garbage_collectors_walks():
         assert frozen > 100_000, f"only {frozen} objects frozen: torch was not preloaded frozen"
 
 
-def test_start_forkserver_gets_the_first_launch_ready_in_the_background(tmp_path):
+def test_start_forkserver_gets_the_first_launch_ready_in_the_background_with_what_was_added_to_preload(tmp_path):
     # In a fresh Python, so that no forkserver runs yet.
     script = tmp_path / "warm.py"
     script.write_text(textwrap.dedent("""
-        import os, time, psutil, ddp_lab
+        import os, sys, time, psutil, ddp_lab
         from multiprocessing import forkserver
+        from ddp_lab.launcher.forkserver import add_forkserver_preload
 
         def helpers(wait=0.0):
             # A child shows the forkserver's command line only once it has
@@ -162,8 +164,12 @@ def test_start_forkserver_gets_the_first_launch_ready_in_the_background(tmp_path
                     return found
                 time.sleep(0.02)
 
+        def preloaded():
+            return "xml.dom.minidom" in sys.modules  # imported by nothing but the forkserver
+
         if __name__ == "__main__":
             assert helpers() == []
+            add_forkserver_preload("xml.dom.minidom")
             ddp_lab.start_forkserver()
             server = helpers(wait=10.0)
             ddp_lab.start_forkserver()  # already running: nothing new
@@ -171,10 +177,32 @@ def test_start_forkserver_gets_the_first_launch_ready_in_the_background(tmp_path
             assert forkserver._forkserver._forkserver_pid == server[0].pid
             parents = ddp_lab.launch(os.getppid, 2)
             assert parents == [server[0].pid] * 2  # the ranks came from it
+            assert ddp_lab.launch(preloaded, 2) == [True, True]
+            assert "xml.dom.minidom" not in sys.modules
             print("ok")
     """))
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.endswith("ok\n"), run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("name", ["no_such_module_here", "ddp_lab.no_such_module", "no_such.package", "", 3])
+def test_preloading_a_module_that_does_not_exist_is_refused_by_name(name):
+    with pytest.raises(ValueError, match=f"no module named {name!r} can be imported"):
+        add_forkserver_preload("json", name)
+    assert "json" not in forkserver._added_preloads  # all or nothing
+
+
+def test_preloading_once_the_forkserver_runs_is_refused():
+    ddp_lab.launch(os.getpid, 2)  # the forkserver runs
+    with pytest.raises(RuntimeError, match="cannot preload json: the forkserver already runs"):
+        add_forkserver_preload("json")
+
+
+def test_the_ranks_of_this_test_suite_start_with_pytest_imported():
+    # tests/conftest.py preloads it. Made by eval, in no module, the probe travels
+    # by value: the rank imports no test file (and so no pytest) to run it.
+    probe = eval("lambda: 'pytest' in __import__('sys').modules", {"__name__": "made_by_eval"})
+    assert ddp_lab.launch(probe, 2) == [True, True]
 
 
 def test_launch_listens_on_loopback_only():
