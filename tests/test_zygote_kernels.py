@@ -37,6 +37,14 @@ print("threads", torch.get_num_threads(), "SIGINT", signal.getsignal(signal.SIGI
 print("MPLBACKEND", os.environ.get("MPLBACKEND"), "stdin", sys.stdin is None or sys.stdin.closed)
 """
 PIDS = "import os; print(os.getpid(), os.getppid())"
+# matplotlib is imported in the zygote: its backend and an inline figure must be a fresh kernel's.
+FIGURE = """
+import matplotlib, matplotlib.pyplot as plt
+print("backend", dict.__getitem__(matplotlib.rcParams, "backend"), plt.get_backend())
+plt.figure(figsize=(1, 1), dpi=50)
+plt.plot([0, 1], [1, 0])
+plt.show()
+"""
 
 
 def run(cells, folder, zygote=None, **options):
@@ -68,14 +76,25 @@ def zygote():
 
 
 def test_a_forked_kernel_runs_as_a_fresh_kernel_would(zygote, tmp_path):
-    forked = run([PROBE, PIDS], tmp_path, zygote)
-    fresh = run([PROBE, PIDS], tmp_path)
+    forked = run([PROBE, PIDS, FIGURE], tmp_path, zygote)
+    fresh = run([PROBE, PIDS, FIGURE], tmp_path)
     assert text(forked.cells[0]) == text(fresh.cells[0])
+    assert text(forked.cells[2]) == text(fresh.cells[2]) == "backend {0} {0}\n".format(
+        "module://matplotlib_inline.backend_inline")
+    assert [o.data["image/png"] for o in forked.cells[2].outputs if "data" in o] == \
+           [o.data["image/png"] for o in fresh.cells[2].outputs if "data" in o] != []
     assert f"cwd {tmp_path}\n" in text(forked.cells[0])
     assert "parent is JPY_PARENT_PID True" in text(forked.cells[0])
     forked_parent = int(text(forked.cells[1]).split()[1])
     fresh_parent = int(text(fresh.cells[1]).split()[1])
     assert (forked_parent, fresh_parent) == (zygote.process.pid, os.getpid())
+
+
+def test_a_kernel_given_another_matplotlib_backend_draws_with_it(zygote, tmp_path, monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "agg")  # the kernels' environment: this process's
+    forked = run([FIGURE], tmp_path, zygote)
+    assert text(forked.cells[0]).startswith("backend agg agg\n")
+    assert not [o for o in forked.cells[0].outputs if "data" in o]  # agg shows nothing inline
 
 
 def test_its_ranks_come_from_a_forkserver_the_kernel_forked(zygote, tmp_path):

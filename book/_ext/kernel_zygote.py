@@ -11,7 +11,8 @@ minute for the book on a two-core machine.
 
 The zygote pays for those imports once. It imports what every kernel and every
 forkserver imports (``ddp_lab.launcher.forkserver_preload``, then ipykernel's
-kernel application), starts no thread, and waits. For each kernel the build
+kernel application, then matplotlib's pyplot, which most chapters draw with),
+starts no thread, and waits. For each kernel the build
 asks for, it forks; the child becomes the kernel exactly as
 ``python -m ipykernel_launcher -f CONNECTION_FILE ...`` would, in the
 notebook's folder and environment, in a session of its own (as jupyter_client
@@ -52,15 +53,39 @@ STATUS = struct.Struct("i")
 
 # What every kernel and its forkserver would import on their own: torch,
 # torch._dynamo and the rank's code (then gc.freeze(), see that module), and
-# ipykernel's kernel. Nothing that reads the kernel's environment while it is
-# imported: matplotlib, say, reads MPLBACKEND, which ipykernel sets.
+# ipykernel's kernel. Then what most chapters import (ddp_lab.draw,
+# ddp_lab.widgets): matplotlib's pyplot, half a second of CPU per kernel.
 PRELOAD = ("ddp_lab.launcher.forkserver_preload", "ipykernel.kernelapp", "ipykernel.ipkernel")
+PRELOAD_WITH_KERNEL_BACKEND = ("matplotlib.pyplot",)
+# matplotlib reads one variable a kernel sets when it is imported: MPLBACKEND,
+# which ipykernel gives this value unless it is set (IPKernelApp.init_gui_pylab).
+# It is imported with that value here, and become_kernel applies the kernel's own.
+# (It also reads MPLCONFIGDIR, for its settings and font cache: the build's
+# kernels have the build's.)
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
 
 def preload():
     """Import, once, what every kernel and its forkserver would import on their own."""
     for module in PRELOAD:
         importlib.import_module(module)
+    if not os.environ.get("MPLBACKEND"):
+        os.environ["MPLBACKEND"] = INLINE_BACKEND  # as the kernel will have it
+    for module in PRELOAD_WITH_KERNEL_BACKEND:
+        importlib.import_module(module)
+
+
+def apply_kernel_backend():
+    """In the forked kernel, with its environment: the backend matplotlib's import would have set.
+
+    matplotlib's import runs ``rcParams['backend'] = os.environ.get('MPLBACKEND')``
+    when the variable is set; ipykernel sets it when it is not.
+    """
+    import matplotlib
+
+    backend = os.environ.get("MPLBACKEND") or INLINE_BACKEND
+    if backend != dict.__getitem__(matplotlib.rcParams, "backend"):  # the raw value: reading resolves it
+        matplotlib.rcParams["backend"] = backend
 
 
 def serve(control):
@@ -121,6 +146,7 @@ def become_kernel(request):
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ["JPY_PARENT_PID"] = str(os.getppid())  # the kernel exits when the zygote does
+    apply_kernel_backend()
     del sys.path[0]  # this script's folder; ipykernel_launcher removes the kernel's own as well
     import ipykernel_launcher
 
