@@ -1,13 +1,13 @@
 """Loaded by pytest first, whatever it runs: unit tests, or notebooks alone.
 
-Before anything imports torch, pin the CPU's float kernels, as the book build
-does (book/_ext/reproducible_numerics.py explains why): the kernels nbval
-starts inherit them, so the training numbers the notebooks print come out the
-same on any x86-64 machine, whatever its CPU and its number of cores.
+nbval is the one executor of the book's notebooks: the build renders the
+committed outputs, and here every notebook is executed afresh and compared
+with them (tests/nbval_sanitize.cfg says what may differ). Nothing here pins
+the CPU's float path: what a notebook prints holds on any x86-64 CPU by
+design (tools/cpu_variants.py is the proof), as it must for a reader's own run.
 """
 
 import json
-import os
 import shutil
 import signal
 import sys
@@ -17,19 +17,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "book" / "_ext"))
 sys.path.insert(0, str(ROOT / "tests"))
-from reproducible_numerics import REPRODUCIBLE_NUMERICS  # noqa: E402  (imports nothing)
 from machine_turns import TIMING_TAG, Turns  # noqa: E402  (standard library only)
 from recorded_durations import FILE_DURATIONS, longest_first  # noqa: E402  (standard library only)
 
-# nbval compares the build's execution of a notebook when it is current,
-# instead of executing it a second time (tests/nbval_replay.py).
-pytest_plugins = ["nbval_replay"]
-
-# Set, not defaulted: an OMP_NUM_THREADS=8 left in the shell would change the
-# float path, and every notebook would differ from its committed outputs.
-os.environ.update(REPRODUCIBLE_NUMERICS)
+# nbval's kernels listen on Unix sockets, not on TCP ports (tests/nbval_unix_sockets.py).
+pytest_plugins = ["nbval_unix_sockets"]
 
 # Many tests play a reader pressing Ctrl-C (SIGINT, which Python turns into
 # KeyboardInterrupt). Python installs that handler at startup only "if the
@@ -53,7 +46,7 @@ collect_ignore_glob = ["ddp_lab/launcher/forkserver_preload.py", "ddp_lab/*/__ma
 # cells run in order, in one kernel), in the order collected (with
 # --no-loadscope-reorder). Collected longest first, by the seconds each file
 # took last time, no long file starts last and runs alone while the other
-# workers idle (book/_ext/recorded_durations.py). Refresh the figures with
+# workers idle (tests/recorded_durations.py). Refresh the figures with
 # `python -m pytest --store-durations`.
 
 
@@ -85,17 +78,16 @@ def pytest_sessionfinish(session):
     config = session.config
     if not config.getoption("--store-durations") or hasattr(config, "workerinput"):
         return  # only the controller writes, once every worker has reported
-    FILE_DURATIONS.write_text(json.dumps(  # notebooks are timed by their cells (recorded_durations)
-        {path: round(seconds, 1) for path, seconds in sorted(_seconds_per_file.items())
-         if not path.endswith(".ipynb")}, indent=1) + "\n")
+    FILE_DURATIONS.write_text(json.dumps(
+        {path: round(seconds, 1) for path, seconds in sorted(_seconds_per_file.items())}, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------- timing cells alone
 #
-# As in the build (book/_ext/execute_ahead.py), a notebook cell tagged
-# `measures-time` runs with no other notebook's cell beside it: every notebook
-# cell takes a shared turn on the machine for its setup, call and teardown,
-# and a timing cell takes the machine alone (book/_ext/machine_turns.py). The
+# A notebook cell tagged `measures-time` runs with no other notebook's cell
+# beside it: every notebook cell takes a shared turn on the machine for its
+# setup, call and teardown, and a timing cell takes the machine alone
+# (tests/machine_turns.py). The
 # unit tests take no turn: some run for 20 s, and a timing cell waiting for
 # the longest one in progress, with the turnstile closed to everything else,
 # kept the machine half idle (8m25s for the suite at -n 4, against 7 min
@@ -123,7 +115,7 @@ def pytest_configure_node(node):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     cell = getattr(item, "cell", None)  # nbval's IPyNbCell
-    if cell is None or getattr(item, "from_build", False):  # no kernel, nothing runs
+    if cell is None:
         yield
         return
     item.config.turns.take(alone=TIMING_TAG in cell.get("metadata", {}).get("tags", []))

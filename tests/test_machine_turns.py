@@ -1,4 +1,4 @@
-"""book/_ext/machine_turns.py: shared turns run side by side, an alone turn
+"""tests/machine_turns.py: shared turns run side by side, an alone turn
 has the machine to itself, a waiting alone turn is served before newcomers,
 and a participant that dies frees the machine.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from machine_turns import Turns  # noqa: E402
 
 BLOCKED = 0.3  # seconds a blocked take is given to (wrongly) return
@@ -98,7 +98,7 @@ def test_a_waiting_alone_turn_goes_before_newcomers(tmp_path):
 def test_a_process_that_dies_holding_the_machine_frees_it(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         f"import sys, time; sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'book' / '_ext')!r})\n"
+         f"import sys, time; sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'tests')!r})\n"
          f"from machine_turns import Turns\n"
          f"turns = Turns({str(tmp_path)!r}); turns.take(alone=True)\n"
          f"print('holding', flush=True); time.sleep(60)"],

@@ -1,5 +1,6 @@
 """ddp_lab.cluster.torchrun: command lines, reading a run's output, and never leaving a process behind."""
 
+import subprocess
 import sys
 import time
 
@@ -81,3 +82,40 @@ def test_the_workers_of_a_killed_agent_are_stopped_and_the_timeout_holds():
     worker = int(run.stdout.split()[0])
     time.sleep(0.2)
     assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+
+
+def test_an_agent_and_its_workers_die_with_a_killed_notebook(tmp_path):
+    # Issue 35, item 1: SIGKILL the process that runs torchrun (a kernel
+    # killed outright, with no chance to clean up). The agent gets SIGTERM
+    # from Linux (its parent-death signal) and stops its workers.
+    script = tmp_path / "sleeper.py"
+    script.write_text("import time\nprint('[rank] up', flush=True)\ntime.sleep(120)\n")
+    notebook = subprocess.Popen([sys.executable, "-c", (
+        "from ddp_lab.cluster.torchrun import run_torchrun\n"
+        f"run_torchrun({str(script)!r}, nproc_per_node=2, timeout=120)\n")])
+    try:
+        deadline = time.monotonic() + 60
+        while len(_running(script)) < 3 and time.monotonic() < deadline:  # the agent and two workers
+            time.sleep(0.2)
+        assert len(_running(script)) == 3, f"agent and workers never all started: {_running(script)}"
+    finally:
+        notebook.kill()
+        notebook.wait()
+    deadline = time.monotonic() + 30
+    while _running(script) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _running(script)
+    for process in left:
+        process.kill()
+    assert not left, f"outlived the killed notebook: {[p.cmdline() for p in left]}"
+
+
+def _running(script):
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if str(script) in process.cmdline() and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.Error:
+            pass
+    return found

@@ -21,11 +21,7 @@ its pages also log errors in the browser console.  This extension:
 * writes the site's index.html, the redirect to the first page, with an
   empty icon (without one the browser asks for a /favicon.ico that is not there);
 * turns ``path_to_book: "."`` into no prefix at all, so that the Colab, Binder
-  and repository links read ``blob/main/book/...`` and not ``blob/main/./book/...``;
-* pins the CPU's float kernels (``REPRODUCIBLE_NUMERICS``, explained in
-  ``reproducible_numerics.py``) for the notebooks
-  the build executes, so that the pages show the numbers committed in the
-  notebooks whatever x86 CPU builds them.
+  and repository links read ``blob/main/book/...`` and not ``blob/main/./book/...``.
 
 book/_static/widgets_offline.js is the browser-side part for widget pages.
 """
@@ -33,7 +29,6 @@ book/_static/widgets_offline.js is the browser-side part for widget pages.
 from __future__ import annotations
 
 import html
-import os
 import re
 import shutil
 import subprocess
@@ -42,8 +37,6 @@ from pathlib import Path
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
-
-from reproducible_numerics import REPRODUCIBLE_NUMERICS
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +182,6 @@ def drop_duplicate_scripts(app: Sphinx, pagename, templatename, context, doctree
 
 
 def setup(app: Sphinx):
-    os.environ.update(REPRODUCIBLE_NUMERICS)  # inherited by the kernels the build starts
     app.add_js_file(None, body=FONT_AWESOME_CONFIG, priority=100)  # before the theme's script
     app.connect("config-inited", normalise_path_to_book)
     app.connect("builder-inited", ensure_node_modules)

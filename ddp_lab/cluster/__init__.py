@@ -1,9 +1,8 @@
 """Part IV: running the same code on real clusters, or on this machine as if it were one.
 
 - ``torchrun``: torchrun's agents started from Python, one node or two (Chapters 2, 11, 12);
-- ``forked_agent``: such an agent forked from the forkserver, which has imported torch already;
 - ``scripts``: the book's scripts (``labs/scripts/``), found or downloaded (Chapters 11 to 14);
-- ``network``: interfaces and the sockets of a rank (Chapter 12; what links cost is ``ddp_lab.links``);
+- ``network``: interfaces and the sockets of a rank (Chapter 12; what links cost is ``ddp_lab.cost.links``);
 - ``slurm``: Slurm's variables translated into torchrun's (Chapter 13; no torch imported);
 - ``slurm_sandbox``: an sbatch script and srun's tasks run here, without Slurm (Chapter 13);
 - ``namespaces``: a cluster on this one Linux machine, each node a network namespace

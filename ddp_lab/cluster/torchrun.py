@@ -11,19 +11,18 @@ a reader would in a terminal, and keeps what it printed:
 
 The command is ``python -m torch.distributed.run`` with the notebook's own
 interpreter, which is the same program the ``torchrun`` command runs, so the
-script sees the torch (and ddp_lab) of this kernel. Its agent is not started
-fresh but forked from the forkserver the ranks of ``launch`` come from, which
-has imported torch already; it then calls torchrun's own entry point
-(``ddp_lab.cluster.forked_agent``). That saves each agent the seconds of
-importing torch; the workers it starts are fresh Pythons, as torchrun starts
-them everywhere.
+script sees the torch (and ddp_lab) of this kernel. The agent and the workers
+it starts are fresh Pythons, as torchrun starts them everywhere.
 
 Everything stays on loopback: the rendezvous listens on 127.0.0.1, gloo binds
 to the loopback interface (``GLOO_SOCKET_IFNAME``) and ports are picked free
 by the operating system. An agent still running when a call ends (a
 timeout, an error, an interrupted notebook) is stopped together with its
 workers, so no process outlives a call. So are the workers of an agent that
-died first (killed, say): they would run on, holding its output open.
+died first (killed, say): they would run on, holding its output open. And
+an agent whose notebook dies (the kernel killed, with no chance to clean
+up) gets SIGTERM from Linux itself (a parent-death signal), on which
+torchrun stops its workers.
 
 What the workers print goes to the agent's stdout and stderr; torchrun's own
 log lines (restarts, exit codes) go to stderr. A script that prefixes its
@@ -34,23 +33,24 @@ scripts themselves are found by ``ddp_lab.cluster.scripts``.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 
-from ddp_lab.cluster.forked_agent import TORCHRUN_MODULE, start_command
-from ddp_lab.host import loopback_interface
+from ddp_lab.host import free_port, loopback_interface  # free_port: offered here too (Chapter 2)
 from ddp_lab.validate import check_int_at_least, check_positive_int
 
 __all__ = ["TorchrunRun", "free_port", "torchrun_command", "run_torchrun", "run_two_nodes", "run_together",
-           "RESTART_SAFE"]
+           "start_command", "RESTART_SAFE"]
+
+TORCHRUN_MODULE = ("-m", "torch.distributed.run")  # what the torchrun console script runs
 
 RANK_LINE = re.compile(r"^\[rank (\d+)\] ")
 # A fresh rendezvous store for each attempt: see loopback_environment.
@@ -58,9 +58,7 @@ RESTART_SAFE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")  # glog: level, date, time
 # Every process of one agent (the agent, its workers, what they start) carries
 # this variable, set to a value of its own: found by it, a worker is found
-# even after its agent died and it was handed to another parent. (A forked
-# agent has it in os.environ but not in /proc/PID/environ, which shows the
-# environment a process was exec'd with; it is stopped through its handle.)
+# even after its agent died and it was handed to another parent.
 RUN_TAG = "DDP_LAB_TORCHRUN_TAG"
 # How long the workers of an agent that exited may keep its output open
 # before they are taken for orphans and stopped.
@@ -132,13 +130,6 @@ def worker_stderr(stderr: str) -> list[str]:
     return [line for line in lines if line.strip() and not AGENT_LOG.match(line)]
 
 
-def free_port() -> int:
-    """A TCP port that is free on loopback now (the OS picks it: bind to port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def torchrun_command(script, args=(), *, nproc_per_node=2, max_restarts=0, nnodes=1,
                      node_rank=None, rdzv_endpoint=None, rdzv_id=None, local_addr="127.0.0.1",
                      extra=()):
@@ -203,9 +194,8 @@ def run_together(commands, *, env=None, envs=None, cwd=None, timeout=120.0) -> l
     """Start every command at once, wait for all, return their runs in order.
 
     ``env`` adds variables for every command, ``envs`` (a list, one dict per
-    command) for each command alone. A torchrun agent with this interpreter
-    is forked from the forkserver, any other command started as a new
-    process (``ddp_lab.cluster.forked_agent.start_command``).
+    command) for each command alone. Each command is started by
+    :func:`start_command`.
 
     Past ``timeout`` seconds, or on any error (KeyboardInterrupt included),
     every agent still running is stopped with all its workers, and a
@@ -227,6 +217,28 @@ def run_together(commands, *, env=None, envs=None, cwd=None, timeout=120.0) -> l
             stop_agent(process, tag)
     return [TorchrunRun(tuple(process.args), process.returncode, out, err)
             for process, (out, err) in zip(processes, outputs)]
+
+
+def start_command(command, *, env, cwd=None) -> subprocess.Popen:
+    """Start one command of a run (a torchrun agent, or ``ip netns exec ... torchrun``).
+
+    In a session of its own, so that stopping it reaches everything it
+    started; with its output on pipes, as text. On Linux the command also
+    gets SIGTERM when the thread that started it dies (``PR_SET_PDEATHSIG``,
+    prctl(2)): a notebook kernel that is killed outright takes its agents
+    with it, and torchrun stops its workers on SIGTERM.
+    """
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent():
+    """In the child, before exec: ask Linux for SIGTERM when the parent dies (elsewhere: nothing)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def run_torchrun(script, args=(), *, nproc_per_node=2, max_restarts=0, env=None, cwd=None,

@@ -30,9 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddp_lab.cluster.forked_agent import start_command
-from ddp_lab.cluster.torchrun import (RUN_TAG, TorchrunRun, loopback_environment, processes_tagged, stop_agent,
-                                     torchrun_command)
+from ddp_lab.cluster.torchrun import (RUN_TAG, TorchrunRun, loopback_environment, processes_tagged, start_command,
+                                     stop_agent, torchrun_command)
 
 __all__ = ["Frame", "HungJob", "py_spy_command", "dump_stack", "stack_lines", "stacks_of_hung_job"]
 

@@ -11,17 +11,13 @@ no port between launches.
 The forkserver imports ``ddp_lab.launcher.forkserver_preload`` once when it
 starts, and any module named with ``add_forkserver_preload()`` before that;
 ``start_forkserver()``, in a notebook's first cell, starts it in the
-background. The book's build starts it with ``start_forkserver_by_fork()``
-instead, from kernels that have imported all of that already.
+background.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import multiprocessing
-import os
-import threading
-import traceback
 
 from ddp_lab.launcher import shutdown
 
@@ -87,63 +83,3 @@ def start_forkserver():
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
-
-
-def start_forkserver_by_fork():
-    """Start the forkserver as a fork of this process, which must have no threads yet.
-
-    For a process that has already imported what the forkserver preloads (the
-    book build's kernel zygote, ``book/_ext/kernel_zygote.py``): the forkserver
-    forked from it has nothing left to import, where a fresh one spends two or
-    three seconds of CPU importing torch. Everything else is multiprocessing's
-    own ``ensure_running``: it starts the resource tracker, binds the socket
-    ranks are requested on, keeps the forkserver's pid and address. It starts
-    the forkserver by calling ``multiprocessing.util.spawnv_passfds`` (a fresh
-    Python running ``-c "from multiprocessing.forkserver import main; ..."``);
-    for this one call, that function is replaced by one that forks and runs
-    the same command in the child.
-
-    Forking is safe only while this process has a single thread (a lock held
-    by another thread would stay locked in the child for ever), so anything
-    else is refused with ``RuntimeError``.
-    """
-    from multiprocessing import forkserver, util
-
-    if threading.active_count() != 1:
-        raise RuntimeError(f"cannot fork the forkserver from a process with {threading.active_count()} "
-                           "threads: only a single-threaded process can fork safely")
-    if forkserver_context().get_start_method() != "forkserver":
-        raise RuntimeError("this platform has no forkserver")
-    spawn = util.spawnv_passfds
-    util.spawnv_passfds = _fork_running_command
-    try:
-        forkserver.ensure_running()
-    finally:
-        util.spawnv_passfds = spawn
-
-
-def _fork_running_command(path, args, passfds):
-    """``spawnv_passfds`` by fork: the child runs ``args``' ``-c`` command and exits; returns its pid."""
-    command = args[args.index("-c") + 1]
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        _close_fds_except({0, 1, 2, *passfds})  # what exec'ing with close_fds=True would leave open
-        exec(command, {"__name__": "__main__"})
-        code = 0
-    except SystemExit as stop:  # the forkserver's way out, once its last client is gone
-        code = stop.code if isinstance(stop.code, int) else (stop.code is not None)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        os._exit(code)
-
-
-def _close_fds_except(keep):
-    low = 0
-    for fd in [*sorted(keep), os.sysconf("SC_OPEN_MAX")]:
-        if low < fd:  # never empty: on Python 3.11, os.closerange(0, 0) closes every descriptor
-            os.closerange(low, fd)
-        low = fd + 1

@@ -8,8 +8,7 @@ ordinary work takes a *shared* turn, a timing cell takes the machine
 *alone*, and once it asks, no new shared turn starts (it is never starved).
 
 The lock is two files locked with ``flock``, so the same lock works between
-threads (the build's ``execute_ahead`` runs notebooks in threads) and between
-processes (pytest-xdist's workers; the root conftest.py)::
+processes (pytest-xdist's workers; the root conftest.py) and between threads::
 
     turns = Turns(folder)        # one per participant: each opens its own files
     turns.take(alone=False)      # block until allowed
@@ -35,7 +34,7 @@ import os
 from pathlib import Path
 
 # The tag of a notebook cell that measures time: it takes the machine alone
-# (the build's execute_ahead and the root conftest.py's nbval turns).
+# (the root conftest.py's nbval turns).
 TIMING_TAG = "measures-time"
 
 

@@ -1,7 +1,7 @@
 """Jupyter kernels that listen on Unix sockets in a private folder, not on TCP ports.
 
-Used by every kernel the book's machinery starts: the build's
-(``zygote_kernels.py``), nbval's (``tests/nbval_replay.py``) and the tests'.
+Used by every kernel the tests start: nbval's (``nbval_unix_sockets.py``) and
+the tests' own.
 
 jupyter_client's default transport is TCP, and it picks a kernel's five ports
 in a way that cannot be made safe: it binds each to port 0, notes the port the
