@@ -3,8 +3,9 @@
 Probes, each one call to the operating system (or to torch, for the GPUs,
 imported only then). The launcher (``ddp_lab.launcher.config``) shares the
 cores between the ranks and picks a backend with them (Chapter 3); the
-torchrun helpers keep gloo on loopback with ``loopback_interface``
-(Chapter 11); the benchmarks say how many cores they ran on (Chapter 10).
+torchrun helpers keep gloo on loopback with ``loopback_interface`` and give
+each rendezvous a ``free_port`` (Chapters 2 and 11); the benchmarks say how
+many cores they ran on (Chapter 10).
 """
 
 from __future__ import annotations
@@ -29,6 +30,17 @@ def available_cores():
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def free_port() -> int:
+    """A TCP port that is free on loopback now (the OS picks it: bind to port 0).
+
+    Free *now*: another process may take it before the caller binds it, so
+    use it at once (a torchrun rendezvous, ``MASTER_PORT`` for ``mp.spawn``).
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def loopback_interface():

@@ -47,7 +47,7 @@ def test_all_gather_on_real_ranks_colours_each_value_by_its_rank():
         origin = (int(text) - 1) // 10
         assert colour == to_hex(rank_colour(origin)), (text, colour)
     assert {"rank 0", "rank 1", "rank 2", "before", "after", "tensor_list"} <= set(texts(fig))
-    assert fig._suptitle.get_text() == "all_gather"
+    assert fig.get_suptitle() == "all_gather"
 
 
 def hand_record(name, rank, before, after, note=""):
@@ -63,7 +63,7 @@ def test_reduced_values_are_drawn_as_combined():
     assert [c for _, c in cells(fig)] == [to_hex(rank_colour(0)), to_hex(COMBINED),
                                          to_hex(rank_colour(1)), to_hex(COMBINED)]
     assert "combined from several ranks (reduced)" in texts(fig)
-    assert fig._suptitle.get_text() == "all_reduce (op=SUM)"
+    assert fig.get_suptitle() == "all_reduce (op=SUM)"
 
 
 def test_ranks_holding_nothing_and_records_in_any_order():
@@ -75,7 +75,7 @@ def test_ranks_holding_nothing_and_records_in_any_order():
     fig = draw_collective(records, title="scatter from rank 0")
     assert texts(fig).index("rank 0") < texts(fig).index("rank 1")
     assert "None" in texts(fig)
-    assert fig._suptitle.get_text() == "scatter from rank 0"
+    assert fig.get_suptitle() == "scatter from rank 0"
     assert {c for _, c in cells(fig)} == {to_hex(rank_colour(0))}
 
 

@@ -60,7 +60,7 @@ def test_dropped_samples_are_listed_and_runs_stack():
     assert len(axes) == 4
     assert [ax.get_xlabel() for ax in axes[2:]] == ["not seen: 2, 6", "not seen: 4, 7"]
     assert all(ax.get_xlabel() == "" for ax in axes[:2])
-    assert [sf._suptitle.get_text() for sf in fig.subfigs] == ["padding", "drop_last=True"]
+    assert [sf.get_suptitle() for sf in fig.subfigs] == ["padding", "drop_last=True"]
     assert not any(is_padding(c) for ax in axes[2:] for c in cells(ax))
     png = io.BytesIO()
     fig.savefig(png, format="png")

@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator
 
 from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.cost import bus_factor
-from ddp_lab.draw.gpu_results import (draw_all_reduce_busbw, gpu_results_text, measured_on, no_results_message,
+from ddp_lab.gpu_check.report import (draw_all_reduce_busbw, gpu_results_text, measured_on, no_results_message,
                                       report)
 from ddp_lab.gpu_check import chapter14, launches, machine
 from ddp_lab.gpu_check.__main__ import NO_CUDA, main

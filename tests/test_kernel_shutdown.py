@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from unix_socket_kernels import start_new_kernel  # book/_ext: no TCP port race
+from unix_socket_kernels import start_new_kernel  # tests/: no TCP port race
 
 HELPER_PIDS = (
     "from multiprocessing import forkserver, resource_tracker\n"
@@ -99,12 +99,11 @@ def kernel():
 
 @pytest.mark.parametrize("cell", [
     "ddp_lab.launch(one, 4)",
-    "ranks = ddp_lab.Ranks(2).start()",
     # The shutdown arrives while both ranks of a launch are still running.
     "folder = tempfile.mkdtemp()\n"
     "threading.Thread(target=ddp_lab.launch, args=(slow, 2), kwargs={'args': (folder,)}, daemon=True).start()\n"
     "while len(os.listdir(folder)) < 2:\n    time.sleep(0.02)",
-], ids=["after-a-launch", "persistent-ranks-running", "launch-in-flight"])
+], ids=["after-a-launch", "launch-in-flight"])
 def test_the_kernel_shuts_down_promptly_and_leaves_no_process(kernel, cell):
     manager, client = kernel
     run_in_kernel(client, cell)

@@ -1,9 +1,14 @@
 """How a launch fails: fast, naming the rank, and leaving nothing running."""
 
+import linecache
 import os
+import re
 import signal
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -46,8 +51,76 @@ def test_the_same_bug_on_every_rank_is_reported_as_rank_0_every_time():
 
 
 def test_sys_exit_in_a_rank_is_a_failure_not_a_silent_exit():
-    with pytest.raises(ddp_lab.RankFailed, match="SystemExit"):
+    with pytest.raises(ddp_lab.RankFailed, match="SystemExit") as caught:
         ddp_lab.launch(lambda: exit(3), 2)
+    assert caught.value.exit_code == 3
+    assert str(caught.value).startswith("rank 0 exited with code 3 (sys.exit(3))")
+
+
+def test_sys_exit_0_in_a_rank_ends_it_normally_as_under_torchrun():
+    assert ddp_lab.launch(sys.exit, 2, args=(0,)) == [None, None]
+
+
+def fails_on_rank_1():
+    if dist.get_rank() == 1:
+        raise ValueError("rank one is unhappy")
+    dist.barrier()
+
+
+def exits_with_3():
+    os._exit(3)
+
+
+def shown_in_a_notebook(error):
+    """What IPython would show for ``error``: its ``_render_traceback_``, as one text."""
+    text = "\n".join(error._render_traceback_())
+    for folder in (str(Path(__file__).resolve().parents[1]), tempfile.gettempdir(),
+                   os.path.expanduser("~")):
+        assert folder not in text, text
+    assert not re.search(r"(?<![\w.~<>/-])/\w", text), text  # no absolute path at all
+    assert "ddp_lab/launcher" not in text and "worker.py" not in text, text
+    return text
+
+
+def test_a_failed_rank_is_shown_with_the_readers_frames_not_the_launchers():
+    with pytest.raises(ddp_lab.RankFailed) as caught:
+        ddp_lab.launch(fails_on_rank_1, 2)
+    text = shown_in_a_notebook(caught.value)
+    line = fails_on_rank_1.__code__.co_firstlineno + 2
+    assert ("Traceback from rank 1 (most recent call last):\n"
+            f'  File "tests/test_launch_failures.py", line {line}, in fails_on_rank_1\n'
+            '    raise ValueError("rank one is unhappy")\n'
+            "ValueError: rank one is unhappy") in text
+    assert "in test_a_failed_rank_is_shown_with_the_readers_frames_not_the_launchers" in text
+    assert "RankFailed: rank 1 raised ValueError: rank one is unhappy\n" in text
+    assert "rank 0: waiting in barrier()" in text.splitlines()[-1]
+    # the whole text, paths and all, is still there for code that reads it
+    assert str(Path(__file__).resolve()) in caught.value.remote_traceback
+
+
+def test_a_function_from_a_notebook_cell_is_shown_without_the_machines_folders():
+    cell = os.path.join(tempfile.gettempdir(), "ipykernel_4242", "1234567890.py")
+    source = "def work():\n    if dist.get_rank() == 0:\n        raise KeyError('no such key')\n"
+    linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)
+    namespace = {"dist": dist}
+    exec(compile(source, cell, "exec"), namespace)
+    with pytest.raises(ddp_lab.RankFailed) as caught:
+        ddp_lab.launch(namespace["work"], 2)
+    text = shown_in_a_notebook(caught.value)
+    assert ('  File "<tmp>/ipykernel_4242/1234567890.py", line 3, in work\n'
+            "    raise KeyError('no such key')") in text
+
+
+def test_a_death_and_a_timeout_are_shown_with_the_readers_frames_only():
+    with pytest.raises(ddp_lab.RankDied) as caught:
+        ddp_lab.launch(exits_with_3, 2)
+    text = shown_in_a_notebook(caught.value)
+    assert "in test_a_death_and_a_timeout_are_shown_with_the_readers_frames_only" in text
+    assert text.endswith("RankDied: rank 0 exited with code 3 before returning a result")
+    with pytest.raises(ddp_lab.RanksTimedOut) as caught:
+        ddp_lab.launch(sleeps, 1, timeout=0.5)
+    text = shown_in_a_notebook(caught.value)
+    assert "RanksTimedOut: rank 0 did not finish within 0.5 s and was stopped\n" in text
 
 
 def test_a_hung_collective_ends_with_a_timeout_that_says_where():
@@ -246,9 +319,6 @@ def start_two_children():
 def test_processes_a_rank_started_do_not_outlive_a_successful_launch():
     pids = [pid for pair in ddp_lab.launch(start_two_children, 2) for pid in pair]
     assert still_running(pids) == []
-    with ddp_lab.Ranks(2, backend="gloo") as ranks:
-        pids = [pid for pair in ranks.run(start_two_children) for pid in pair]
-    assert still_running(pids) == []
 
 
 def test_a_script_without_the_main_guard_is_told_so_before_any_rank_starts(tmp_path):
@@ -306,7 +376,8 @@ def test_the_errors_can_be_pickled():
 
     errors = [ddp_lab.RankFailed(1, "ValueError", "bad", "Traceback ...", other_failures={2: "ValueError: bad"},
                                  still_running={0: "waiting in barrier()"}),
-              ddp_lab.RankDied(1, -9), ddp_lab.RankDied(0, -11, between_calls=True),
+              ddp_lab.RankFailed(0, "SystemExit", "3", "Traceback ...", exit_code=3),
+              ddp_lab.RankDied(1, -9), ddp_lab.RankDied(0, 3),
               ddp_lab.RanksTimedOut(2.0, {0: "waiting in all_reduce()"}, "A hint.")]
     for error in errors:
         copy = pickle.loads(pickle.dumps(error))

@@ -10,7 +10,6 @@ import threading
 import time
 
 import psutil
-import pytest
 import torch.distributed as dist
 
 import ddp_lab

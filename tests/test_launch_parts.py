@@ -2,9 +2,11 @@
 
 import subprocess
 import sys
+from dataclasses import replace
 
+from ddp_lab.launcher.config import LaunchConfig
 from ddp_lab.launcher.output import RankOutput, render_by_rank
-from ddp_lab.launcher.worker_env import torchrun_environment
+from ddp_lab.launcher.worker_env import torchrun_environment, worker_environment
 from ddp_lab.launcher.where_stuck import describe_where
 
 
@@ -14,6 +16,21 @@ def test_torchrun_environment_splits_ranks_over_nodes():
     assert [e["GROUP_RANK"] for e in envs] == ["0"] * 4 + ["1"] * 4
     assert {e["LOCAL_WORLD_SIZE"] for e in envs} == {"4"}
     assert {e["MASTER_PORT"] for e in envs} == {"1234"}
+
+
+def test_a_ranks_environment_is_composed_in_one_place():
+    nccl = LaunchConfig(world_size=4, nodes=2, backend="nccl", threads=1, timeout=60.0,
+                        init_process_group=True)
+    notebook = {"HOME": "/home/reader", "GLOO_SOCKET_IFNAME": "eth9",
+                "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    env = worker_environment(nccl, 3, 1234, notebook)
+    assert (env["HOME"], env["RANK"], env["LOCAL_RANK"], env["MASTER_PORT"]) == (
+        "/home/reader", "3", "1", "1234")
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3"  # node 1 sees its own two GPUs, from 0
+    assert env["GLOO_SOCKET_IFNAME"] == "eth9"  # the notebook's choice is kept
+    spawned = worker_environment(replace(nccl, backend="gloo", nodes=1, style="spawn"), 1, None, notebook)
+    assert "TORCHELASTIC_USE_AGENT_STORE" not in spawned and "MASTER_PORT" not in spawned
+    assert "CUDA_VISIBLE_DEVICES" not in spawned and spawned["RANK"] == "1"
 
 
 def test_output_keeps_a_character_split_across_reads_whole():
@@ -48,7 +65,27 @@ def test_the_launch_benchmark_prints_its_figures():
     run = subprocess.run([sys.executable, "-m", "ddp_lab.bench", "launch", "--world-size", "2",
                           "--repeats", "2"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    for row in ["ddp_lab.launch, first call", "ddp_lab.launch, repeated", "persistent ranks, one cell",
+    for row in ["ddp_lab.launch, first call", "ddp_lab.launch, repeated",
                 "plain fork + gloo init", "gloo teardown left to the exit", "torch.multiprocessing.spawn"]:
         assert row in run.stdout
-    assert run.stdout.count("x\n") == 6
+    assert run.stdout.count("x\n") == 5
+
+
+def test_auto_on_a_gpu_box_keeps_a_cpu_backend_in_the_group(monkeypatch):
+    # Issue 34: with a GPU for every rank, plain "nccl" gives a group whose
+    # device map torch builds as {"cuda": "nccl"} only, and every collective on a
+    # CPU tensor raises "No backend type associated with device type cpu". The
+    # backend 'auto' initialises must map cpu to gloo and cuda to nccl.
+    from torch.distributed.distributed_c10d import Backend, BackendConfig
+
+    from ddp_lab.launcher import config
+
+    monkeypatch.setattr(config, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(config, "_say_once", lambda message: None)
+    chosen = config.choose_backend("auto", 2)
+    devices = BackendConfig(Backend(chosen)).get_device_backend_map()
+    assert devices == {"cpu": "gloo", "cuda": "nccl"}, devices
+    assert BackendConfig(Backend("nccl")).get_device_backend_map() == {"cuda": "nccl"}  # what the old code made
+    assert config.uses_nccl(chosen) and config.uses_nccl("nccl") and not config.uses_nccl("gloo")
+    monkeypatch.setattr(config, "cuda_device_count", lambda: 1)
+    assert config.choose_backend("auto", 2) == "gloo"  # fewer GPUs than ranks: gloo for everything

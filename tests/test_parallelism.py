@@ -81,7 +81,7 @@ def test_pictures_draw():
     assert len(draw_memory_cases([(1.5e9, 8), (7.5e9, 64)]).axes) == 2
     assert draw_memory_vs_world_size(7.5e9).axes[0].get_xscale() == "log"
     assert len(draw_dataparallel_vs_ddp(4).axes) == 2
-    assert "27%" in draw_pipeline_schedules(4, 8)._suptitle.get_text()
+    assert "27%" in draw_pipeline_schedules(4, 8).get_suptitle()
     assert any(t.get_text() == "all-reduce\n(sum)" for t in draw_tensor_parallel().axes[0].texts)
     with pytest.raises(ValueError, match="gpus must be an int from 2 to 8"):
         draw_dataparallel_vs_ddp(1)

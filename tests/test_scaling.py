@@ -1,13 +1,13 @@
 """The scaling cost model of Chapter 12: its arithmetic, checked by hand, and
-the published results it is compared with (ddp_lab.published_scaling)."""
+the published results it is compared with (ddp_lab.cost.published_scaling)."""
 
 import dataclasses
 
 import pytest
 
-from ddp_lab import published_scaling, scaling
-from ddp_lab.links import LINKS, Link
-from ddp_lab.published_scaling import RUNS, PublishedRun, predict
+from ddp_lab.cost import published_scaling, scaling
+from ddp_lab.cost.links import LINKS, Link
+from ddp_lab.cost.published_scaling import RUNS, PublishedRun, predict
 
 FAST = Link("fast", 100.0, 0.0)     # 100 bytes/s, no latency: easy arithmetic
 SLOW = Link("slow", 10.0, 1.0)      # 10 bytes/s, 1 s per step
@@ -84,7 +84,7 @@ def test_bad_input_is_named(call, message):
     assert message in str(error.value)
 
 
-# -- published results (ddp_lab.published_scaling) -----------------------------------------
+# -- published results (ddp_lab.cost.published_scaling) ------------------------------------
 
 
 def test_predict_brackets_a_run_by_hand():

@@ -83,12 +83,3 @@ def test_a_timeout_says_which_cell_line_a_rank_waits_in():
     with pytest.raises(ddp_lab.RanksTimedOut) as caught:
         ddp_lab.launch(work, 2, timeout=2)
     assert "called from hang() line 3: dist.barrier()" in caught.value.unfinished[0]
-
-
-def test_persistent_ranks_show_lines_of_cells_typed_after_they_started():
-    with ddp_lab.Ranks(2) as ranks:
-        late = _cell("def late():\n    raise KeyError('typed later')\n",
-                     CELL.replace("123", "555"))["late"]
-        with pytest.raises(ddp_lab.RankFailed) as caught:
-            ranks.run(late)
-    assert "raise KeyError('typed later')" in caught.value.remote_traceback

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.cluster.torchrun import free_port
+from ddp_lab.host import free_port
 
 
 # PyTorch's "Writing Distributed Applications" tutorial, as written there,
@@ -116,6 +116,39 @@ def test_a_rank_that_raises_is_named_with_its_traceback():
     with pytest.raises(ddp_lab.RankFailed, match="rank 1 raised ValueError: rank 1 is unhappy") as caught:
         ddp_lab.spawn(fails, nprocs=2)
     assert "in fails" in caught.value.remote_traceback
+
+
+def tutorial_that_exits(rank, size, port, how):
+    """The tutorial's run, ended with sys.exit as some scripts end: status 0 is success."""
+    init_process(rank, size, run, port)
+    if how == "sys.exit()":
+        sys.exit()
+    sys.exit(how)
+
+
+@pytest.mark.parametrize("how", ["sys.exit()", 0, None])
+def test_sys_exit_0_ends_a_rank_normally_as_under_mp_spawn(how, capsys):
+    # torch.multiprocessing.spawn: a process that exits with status 0 has succeeded
+    assert ddp_lab.spawn(tutorial_that_exits, args=(2, free_port(), how), nprocs=2) is None
+    assert capsys.readouterr().out == "".join(
+        f"[rank {r}] Rank  {r}  has data  3.0\n" for r in range(2))
+
+
+def exits_on_rank_1(rank, code):
+    if rank == 1:
+        sys.exit(code)
+
+
+@pytest.mark.parametrize("code, status, call", [(3, 3, "sys.exit(3)"),
+                                               ("no data", 1, "sys.exit('no data')")])
+def test_a_nonzero_exit_is_a_failure_naming_the_rank_and_the_code(code, status, call):
+    with pytest.raises(ddp_lab.RankFailed) as caught:
+        ddp_lab.spawn(exits_on_rank_1, args=(code,), nprocs=2)
+    error = caught.value
+    assert error.rank == 1 and error.exit_code == status and error.exc_type == "SystemExit"
+    assert str(error).startswith(f"rank 1 exited with code {status} ({call}): only sys.exit(), "
+                                 "sys.exit(0) and sys.exit(None) end a rank normally")
+    assert "in exits_on_rank_1" in error.remote_traceback
 
 
 @pytest.mark.parametrize("call, message", [

@@ -2,7 +2,7 @@
 and the network cut off, as the static book shows them.
 
 * The JavaScript formulas give Python's answers (``ddp_lab.Topology``,
-  ``ddp_lab.memory``, ``ddp_lab.cost``, ``ddp_lab.scaling``) on grids of
+  ``ddp_lab.memory``, ``ddp_lab.cost``, ``ddp_lab.cost.scaling``) on grids of
   inputs, and print numbers exactly as Python's format() does.
 * Each control, moved in the page, shows Python's answer for the new setting,
   and its picture changes; nothing is logged to the console, nothing fetched
@@ -26,12 +26,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from ddp_lab.cost import bucket_schedule, collective_time
-from ddp_lab.units import format_bytes
+from ddp_lab.units import format_bytes, format_seconds
 from ddp_lab.draw.memory import describe_parameters
 from ddp_lab.units import format_gb as _gb
 from ddp_lab.memory import OPTIMIZERS, PRECISIONS, STAGES, memory_per_rank
 from ddp_lab.topology import Topology
-from ddp_lab.widgets.allreduce_cost import MESSAGE_SIZES, AllReduceCost, all_reduce_times, format_seconds
+from ddp_lab.widgets.allreduce_cost import MESSAGE_SIZES, AllReduceCost, all_reduce_times
 from ddp_lab.widgets.buckets import BUCKET_SIZES, GRADIENT_SIZES, BucketTradeoff, format_mib
 from ddp_lab.widgets.layout import LayoutExplorer
 from ddp_lab.widgets.memory import WORLD_SIZES, MemoryCalculator
@@ -185,7 +185,7 @@ def test_all_reduce_times_agree_with_cost(formulas):
             assert close(answer[algorithm][term], times[algorithm][term]), (case, algorithm, term)
     seconds = [t[a]["total"] for t in map(lambda c: all_reduce_times(*c), cases) for a in ("ring", "naive")]
     assert module_answers(formulas, AllReduceCost(), "formatSeconds", [[s] for s in seconds]) == \
-        [format_seconds(s) for s in seconds]
+        [format_seconds(s, "text") for s in seconds]
     sizes = list(MESSAGE_SIZES) + [0, 1, 1023, 1536, 10 ** 12]
     assert module_answers(formulas, AllReduceCost(), "formatBytes", [[s] for s in sizes]) == [format_bytes(s) for s in sizes]
 
@@ -204,7 +204,7 @@ def test_bucket_schedule_agrees_with_cost(formulas):
 
 
 def test_scaling_model_agrees_with_scaling(formulas):
-    """Chapter 12's control against ddp_lab.scaling, through scaling_model, on a
+    """Chapter 12's control against ddp_lab.cost.scaling, through scaling_model, on a
     grid of every kind of input (both algorithms, one node and many, 1 to 8
     cards, the two GPUs, 16- and 32-bit gradients)."""
     cases = [list(c) for c in itertools.product(

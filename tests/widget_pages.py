@@ -85,7 +85,8 @@ def serve(folder: Path):
 
 import math  # noqa: E402
 
-from ddp_lab.widgets.allreduce_cost import AllReduceCost, format_seconds  # noqa: E402
+from ddp_lab.units import format_seconds  # noqa: E402
+from ddp_lab.widgets.allreduce_cost import AllReduceCost  # noqa: E402
 from ddp_lab.widgets.buckets import BucketTradeoff, format_mib  # noqa: E402
 from ddp_lab.widgets.layout import LayoutExplorer  # noqa: E402
 from ddp_lab.widgets.memory import MemoryCalculator  # noqa: E402
@@ -229,8 +230,9 @@ def compare(name: str, twin, root) -> list[str]:
                     problems.append(f"{algorithm} {term}: page {result[algorithm][term]}, "
                                     f"ddp_lab.cost {times[algorithm][term]}")
             shown = root.locator(f".ddp-number[data-name={algorithm}] b").inner_text()
-            if shown != format_seconds(times[algorithm]["total"]):
-                problems.append(f"{algorithm} shown as {shown!r}, Python {format_seconds(times[algorithm]['total'])!r}")
+            expected = format_seconds(times[algorithm]["total"], "text")
+            if shown != expected:
+                problems.append(f"{algorithm} shown as {shown!r}, Python {expected!r}")
     elif name == "BucketTradeoff":
         schedule = twin.schedule
         if result["buckets"] != len(schedule) or not close(result["total"], schedule[-1][2]):
@@ -240,17 +242,17 @@ def compare(name: str, twin, root) -> list[str]:
         if not (close(result["best"][0], best_size) and close(result["best"][1], best_time)):
             problems.append(f"best bucket {result['best']} != Python's {[best_size, best_time]}")
         shown = root.locator(".ddp-number[data-name=total] b").inner_text()
-        if shown != format_seconds(schedule[-1][2]):
-            problems.append(f"T shown as {shown!r}, Python {format_seconds(schedule[-1][2])!r}")
+        if shown != format_seconds(schedule[-1][2], "text"):
+            problems.append(f"T shown as {shown!r}, Python {format_seconds(schedule[-1][2], 'text')!r}")
         shown = root.locator(".ddp-number[data-name=best] b").inner_text()
-        if shown != f"{format_mib(best_size)} ({format_seconds(best_time)})":
+        if shown != f"{format_mib(best_size)} ({format_seconds(best_time, 'text')})":
             problems.append(f"best shown as {shown!r}")
     elif name == "ScalingModel":
         answer = twin.result
         for key, value in answer.items():
             if not close(result[key], value):
-                problems.append(f"{key}: page {result[key]}, ddp_lab.scaling {value}")
-        expected = {key: format_seconds(answer[key]) for key in ("compute", "all_reduce", "step_serial",
+                problems.append(f"{key}: page {result[key]}, ddp_lab.cost.scaling {value}")
+        expected = {key: format_seconds(answer[key], "text") for key in ("compute", "all_reduce", "step_serial",
                                                                  "step_overlapped")}
         expected |= {key: f"{answer[key]:.1%}" for key in ("efficiency_serial", "efficiency_overlapped")}
         expected["tokens_to_hide"] = f"{answer['tokens_to_hide']:,.0f}"

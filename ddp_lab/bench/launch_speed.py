@@ -8,7 +8,6 @@ Measured from the call to having every rank's result back:
   once as usual, once with gloo's teardown left to the process exit, as
   ddp_lab's ranks do, so that the two are compared like for like.
 - ``ddp_lab.launch``: first call (starts the forkserver) and repeated calls.
-- persistent ranks: one ``%%ddp`` cell on ranks that are already running.
 
 No chapter runs it: ``python -m ddp_lab.bench launch_speed`` measures what
 starting the ranks of Chapter 3's ``launch`` costs, against the plain ways.
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 import statistics
 
 import torch
@@ -26,7 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing
 
 import ddp_lab
-from ddp_lab.host import available_cores
+from ddp_lab.host import available_cores, free_port
 from ddp_lab.launcher.worker import leave_process_group
 from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.units import format_seconds
@@ -40,12 +38,6 @@ def trivial_all_reduce():
     return t.item()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawned_rank(rank, world_size, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
@@ -55,7 +47,7 @@ def _spawned_rank(rank, world_size, port):
 
 def time_mp_spawn(world_size):
     return elapsed_seconds(lambda: torch.multiprocessing.spawn(
-        _spawned_rank, args=(world_size, _free_port()), nprocs=world_size), CPU)
+        _spawned_rank, args=(world_size, free_port()), nprocs=world_size), CPU)
 
 
 def _forked_rank(rank, world_size, port, results, skip_gloo_teardown):
@@ -75,7 +67,7 @@ def time_plain_fork(world_size, skip_gloo_teardown=False):
     context = multiprocessing.get_context("fork")
 
     def start_and_join():
-        port = _free_port()
+        port = free_port()
         pipes = [context.Pipe(duplex=False) for _ in range(world_size)]
         processes = [context.Process(target=_forked_rank,
                                      args=(r, world_size, port, pipes[r][1], skip_gloo_teardown))
@@ -93,18 +85,10 @@ def time_launch(world_size):
     return elapsed_seconds(lambda: ddp_lab.launch(trivial_all_reduce, world_size, backend="gloo"), CPU)
 
 
-def time_cells(world_size, repeats):
-    with ddp_lab.Ranks(world_size, backend="gloo") as ranks:
-        ranks.execute("t = torch.ones(1)")
-        return [elapsed_seconds(lambda: ranks.execute("dist.all_reduce(t)"), CPU) for _ in range(repeats)]
-
-
 def main(world_size=4, repeats=20):
     rows = [("ddp_lab.launch, first call (starts the forkserver)", time_launch(world_size))]
     launches = [time_launch(world_size) for _ in range(repeats)]
     rows.append((f"ddp_lab.launch, repeated (median of {repeats})", statistics.median(launches)))
-    cells = time_cells(world_size, repeats * 5)
-    rows.append((f"persistent ranks, one cell (median of {repeats * 5})", statistics.median(cells)))
     forks = [time_plain_fork(world_size) for _ in range(max(3, repeats // 4))]
     baseline = statistics.median(forks)
     rows.append((f"plain fork + gloo init (median of {len(forks)})", baseline))

@@ -45,7 +45,7 @@ def collective_device():
     (``torch.cuda.set_device``, which ``ddp_lab.launch`` calls); gloo works on
     CPU tensors (and copies GPU tensors through the CPU).
     """
-    if dist.get_backend() == "nccl":
+    if "nccl" in dist.get_backend():  # "nccl", or "cpu:gloo,cuda:nccl" from backend="auto"
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 

@@ -36,7 +36,7 @@ from functools import partial
 import torch
 
 from ddp_lab.checks import harness
-from ddp_lab.checks.harness import launch_checked, point_to_point_only
+from ddp_lab.checks.harness import close_elements, launch_checked, point_to_point_only, same_values, show_values
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.launcher import serialize
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
@@ -46,6 +46,10 @@ __all__ = ["check_all_gather", "check_all_reduce", "make_case"]
 
 # Collectives that move data: off while the reader's function runs.
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32)
+
+# Floats agree within these (compared in float64), integers exactly: harness.close_elements.
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+_same = partial(same_values, **TOLERANCE)
 SIGNATURES = {
     "all_gather": "def my_all_gather(tensor): ... return [tensor of rank 0, ..., tensor of rank W-1]",
     "all_reduce": "def my_all_reduce(tensor): ... return the sum over all ranks, as a new tensor",
@@ -293,8 +297,8 @@ def name_of(error):
 
 def _modified_input(where, original, now):
     return Mistake(where, "modified_input",
-                   f"your function changed its input tensor: it was {_show(original)} and is now "
-                   f"{_show(now)}. The caller still needs its own tensor: receive into new "
+                   f"your function changed its input tensor: it was {show_values(original)} and is now "
+                   f"{show_values(now)}. The caller still needs its own tensor: receive into new "
                    f"tensors (torch.empty_like(tensor)) and add into a copy (tensor.clone()).")
 
 
@@ -332,7 +336,7 @@ def _compare_gather(where, rank, inputs, expected, got):
 def _whose(have, chunk, rank, inputs):
     """(kind, message) for a chunk that holds the wrong values."""
     world_size = len(inputs)
-    head = f"holds {_show(have)}, expected rank {chunk}'s tensor {_show(inputs[chunk])}"
+    head = f"holds {show_values(have)}, expected rank {chunk}'s tensor {show_values(inputs[chunk])}"
     for other in range(world_size):
         if other != chunk and _same(have, inputs[other]):
             if other == rank:
@@ -365,7 +369,7 @@ def _compare_reduce(where, rank, inputs, expected, got):
 
 def _explain_sum(got, expected, rank, inputs):
     world_size = len(inputs)
-    head = f"holds {_show(got)}, expected the sum {_show(expected)}"
+    head = f"holds {show_values(got)}, expected the sum {show_values(expected)}"
     if _same(got, inputs[rank]):
         return "no_reduction", (f"{head}, but it holds its own input, unchanged: nothing was "
                                 f"added (the reduction is missing)")
@@ -386,7 +390,7 @@ def _explain_sum(got, expected, rank, inputs):
             return "counted_twice", f"{head}: that is {times} times the sum, every contribution was added {times} times"
     if _same(got, expected.double() - inputs[rank].double()):
         return "own_missing", f"{head}, but it holds the sum of the other ranks only: add the rank's own tensor too"
-    wrong = (~_close(got, expected)).nonzero()
+    wrong = (~close_elements(got, expected, **TOLERANCE)).nonzero()
     first = tuple(int(i) for i in wrong[0])
     return "wrong_values", (f"{head}: {len(wrong)} of {got.numel()} elements are wrong, the first at "
                             f"index {first if len(first) > 1 else first[0]}")
@@ -397,23 +401,6 @@ def _subsets(world_size):
     from itertools import combinations
 
     return [s for k in range(2, world_size) for s in combinations(range(world_size), k)]
-
-
-def _close(a, b):
-    if a.dtype.is_floating_point or b.dtype.is_floating_point:
-        return torch.isclose(a.double(), b.double(), rtol=1e-5, atol=1e-5)
-    return a.double() == b.double()
-
-
-def _same(a, b):
-    return a.shape == b.shape and bool(_close(a, b).all())
-
-
-def _show(tensor, limit=6):
-    flat = tensor.flatten().tolist()
-    values = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in flat[:limit]]
-    more = ", …" if len(flat) > limit else ""
-    return "[" + ", ".join(values) + more + "]"
 
 
 def _describe(value):

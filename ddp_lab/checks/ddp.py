@@ -56,10 +56,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
-from ddp_lab.checks.harness import collective_recorder, first_line, launch_checked, stuck_ranks
+from ddp_lab.checks.harness import collective_recorder, first_line, launch_checked, same_values, stuck_ranks
 from ddp_lab.checks.result import CheckResult, Mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
@@ -72,6 +73,7 @@ ORDER_CAP_MB = 0.01  # TwoBranches in buckets: [head], [right], [left], the last
 LR = 0.1
 BATCH = 8
 ATOL, RTOL = 1e-6, 1e-4
+_close = partial(same_values, rtol=RTOL, atol=ATOL)
 GRADIENT_KINDS = {
     "ok": None,
     "sum": "gradients summed but not averaged: they are W = {W} times torch's. Divide by the world "
@@ -216,10 +218,6 @@ def _sgd_step(model):
         for p in model.parameters():
             if p.grad is not None:
                 p.sub_(LR * p.grad)
-
-
-def _close(a, b):
-    return a.shape == b.shape and torch.allclose(a, b, rtol=RTOL, atol=ATOL)
 
 
 def _classify(theirs, torch_grad, local, world_size):

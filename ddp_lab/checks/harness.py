@@ -12,7 +12,10 @@ pieces they share live here, once:
   exercise must build from send/recv (Labs 2 and 3), each refusal worded by
   the checker, and optionally record every message sent;
 - ``collective_recorder``: inside a rank, write down every c10d operation
-  the reader's code issues, with its size (Labs 4 and 6).
+  the reader's code issues, with its size (Labs 4 and 6);
+- ``close_elements``, ``same_values`` and ``show_values``: in the notebook,
+  compare the reader's tensors with the expected ones, and quote them in a
+  mistake's message (Labs 2 to 4 and 6).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from ddp_lab.launcher.api import launch
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
 
 __all__ = ["FORBIDDEN", "CollectiveCall", "launch_checked", "stuck_ranks", "first_line",
-           "point_to_point_only", "collective_recorder"]
+           "point_to_point_only", "collective_recorder", "close_elements", "same_values", "show_values"]
 
 # The collectives that move data: switched off where the exercise is to build one.
 FORBIDDEN = ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_reduce",
@@ -130,3 +133,39 @@ def collective_recorder():
             return func(*args, **(kwargs or {}))
 
     return CollectiveRecorder()
+
+
+# ------------------------------------------------------- comparing tensors, quoting them
+
+
+def close_elements(a, b, *, rtol, atol):
+    """Element by element, whether ``a`` and ``b`` agree (a bool tensor).
+
+    Within ``rtol`` and ``atol``, compared in float64, where either holds
+    floats; exactly where both hold integers (a sum of whole numbers has one
+    right answer). ``a`` and ``b`` must broadcast together.
+    """
+    if a.dtype.is_floating_point or b.dtype.is_floating_point:
+        return a.double().isclose(b.double(), rtol=rtol, atol=atol)
+    return a.double() == b.double()
+
+
+def same_values(a, b, *, rtol=1e-5, atol=1e-8) -> bool:
+    """Whether ``a`` and ``b`` have one shape and agree everywhere (:func:`close_elements`).
+
+    The defaults are ``torch.allclose``'s; a checker whose reference takes
+    another path through float sums (DDP's buckets, a sharded optimizer)
+    passes looser ones.
+    """
+    return a.shape == b.shape and bool(close_elements(a, b, rtol=rtol, atol=atol).all())
+
+
+def show_values(tensor, limit=6, digits=4) -> str:
+    """``[1, 2.5, 3.142, …]``: a tensor's first ``limit`` values, as a mistake's message quotes them.
+
+    Floats with ``digits`` significant digits, integers whole; ``…`` when
+    there are more.
+    """
+    flat = tensor.flatten().tolist()
+    values = [f"{v:.{digits}g}" if isinstance(v, float) else str(v) for v in flat[:limit]]
+    return "[" + ", ".join(values) + (", …" if len(flat) > limit else "") + "]"

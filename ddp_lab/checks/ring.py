@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ddp_lab.checks.harness import launch_checked, point_to_point_only
+from ddp_lab.checks.harness import launch_checked, point_to_point_only, same_values, show_values
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.launcher import serialize
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
@@ -95,13 +95,12 @@ def _check_one(fn, world_size, length, seed, timeout):
 
 def _compare(where, inputs, reports):
     expected = sum(x.double() for x in inputs)
-    wrong = [r for r, (result, _) in enumerate(reports)
-             if result.shape != expected.shape or not torch.allclose(result.double(), expected)]
+    wrong = [r for r, (result, _) in enumerate(reports) if not same_values(result, expected)]
     schedule = _schedule_mistake(inputs, [sends for _, sends in reports])
     if wrong:
         rank = wrong[0]
-        message = (f"rank {rank} ended with {_show(reports[rank][0])}, "
-                   f"but the sum of the inputs is {_show(expected)}")
+        message = (f"rank {rank} ended with {show_values(reports[rank][0], digits=6)}, "
+                   f"but the sum of the inputs is {show_values(expected, digits=6)}")
         if schedule:
             message += f". The first message that went wrong: {schedule}"
         return Mistake(where, "wrong_result", message)
@@ -129,7 +128,7 @@ def _schedule_mistake(inputs, sent):
         for rank in range(world_size):
             chunk, values = expected[rank][step]
             got = sent[rank][step][1]
-            if _same(got, values):
+            if same_values(got, values):
                 continue
             return _describe_wrong_message(rank, step, chunk, values, sent, inputs)
     return None
@@ -139,8 +138,8 @@ def _describe_wrong_message(rank, step, chunk, values, sent, inputs):
     world_size = len(inputs)
     phase = "reduce-scatter" if step < world_size - 1 else "all-gather"
     got = sent[rank][step][1]
-    head = (f"at step {step} ({phase}) rank {rank} sent {_show(got)}; it should send chunk "
-            f"{chunk} = (r - s) mod W, holding {_show(values)}")
+    head = (f"at step {step} ({phase}) rank {rank} sent {show_values(got, digits=6)}; it should send chunk "
+            f"{chunk} = (r - s) mod W, holding {show_values(values, digits=6)}")
     return head + _hint(rank, step, chunk, got, values, sent, inputs)
 
 
@@ -152,25 +151,15 @@ def _hint(rank, step, chunk, got, values, sent, inputs):
     if got.numel() != values.numel():
         return (f". The sizes differ ({got.numel()} vs {values.numel()} values): "
                 "check how the tensor is cut into W chunks")
-    if step > 0 and _same(got, sent[left][step - 1][1]) and step < world_size:
+    if step > 0 and same_values(got, sent[left][step - 1][1]) and step < world_size:
         return (f". That is exactly what rank {left} sent it: it passed the chunk on "
                 "without adding its own values to it")
-    if step > 0 and _same(got, own[chunk]):
+    if step > 0 and same_values(got, own[chunk]):
         return ". That is the rank's own input: add what arrives before passing it on"
     for other in range(world_size):
-        if other != chunk and _same(got, own[other]):
+        if other != chunk and same_values(got, own[other]):
             return f". That is its input's chunk {other}: check the chunk index (r - s) mod W"
     return ""
-
-
-def _same(a, b):
-    return a.shape == b.shape and torch.allclose(a.double(), b.double())
-
-
-def _show(tensor, limit=6):
-    values = [f"{v:g}" for v in tensor.flatten().tolist()[:limit]]
-    more = ", …" if tensor.numel() > limit else ""
-    return "[" + ", ".join(values) + more + "]"
 
 
 def _run_on_rank(fn_bytes, length, seed):

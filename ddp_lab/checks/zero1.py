@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
-from ddp_lab.checks.harness import collective_recorder, first_line, launch_checked, stuck_ranks
+from ddp_lab.checks.harness import collective_recorder, first_line, launch_checked, same_values, stuck_ranks
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
 from ddp_lab.launcher.errors import RankDied, RanksTimedOut
@@ -51,6 +52,7 @@ LR = 0.01
 BETA1 = 0.9  # torch.optim.Adam's default, needed to predict its first moment
 BATCH = 8
 ATOL, RTOL = 1e-6, 1e-4
+_close = partial(same_values, rtol=RTOL, atol=ATOL)
 
 
 @dataclass
@@ -79,10 +81,6 @@ class _RankReport:
 
 def _flat(tensors):
     return torch.cat([t.detach().reshape(-1) for t in tensors]).clone()
-
-
-def _close(a, b):
-    return a.shape == b.shape and torch.allclose(a, b, rtol=RTOL, atol=ATOL)
 
 
 def _run_on_rank(make_optimizer, steps, lr):

@@ -1,7 +1,7 @@
 """The network of a multi-node job: interfaces and ports (Chapter 12).
 
 Two questions a multi-node job raises, one function each (the third, what
-the links between the nodes cost, is arithmetic: ``ddp_lab.links``):
+the links between the nodes cost, is arithmetic: ``ddp_lab.cost.links``):
 
 * **Which interface?** A cluster node often has several (loopback, Ethernet,
   InfiniBand, a container bridge). :func:`interfaces` lists them with their

@@ -5,7 +5,7 @@ its neighbour in rank order. On N nodes of G ranks, the ring crosses from
 one node to the next N times, and each crossing carries what every hop of
 the ring carries, ``2(W-1)/W x n`` bytes for a tensor of ``n`` bytes
 (``W = N x G``). Since the link between nodes is the slowest, it sets the
-pace of the whole ring (``ddp_lab.links.allreduce_seconds``).
+pace of the whole ring (``ddp_lab.cost.links.allreduce_seconds``).
 
 The hierarchical all-reduce uses the fast links inside a node first:
 

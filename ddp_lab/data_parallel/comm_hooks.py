@@ -26,8 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 __all__ = ["AllReduceCall", "CommLog", "counting_allreduce_hook"]

@@ -48,6 +48,12 @@ def _gpu(ax, cx, cy, label, colour, size=0.78):
     ax.text(cx, cy, label, ha="center", va="center", fontsize=9, color="white", fontweight="bold", zorder=5)
 
 
+def _steps(ax, lines):
+    """What happens in every step, under a panel: a bold heading, then one line each."""
+    for i, line in enumerate(lines):
+        ax.text(0.2, 1.6 - 0.24 * i, line, fontsize=8.5, va="top", fontweight="bold" if i == 0 else None)
+
+
 def _towards(a, b, half_a, half_b):
     """The points where the segment from box centre a to box centre b leaves a and enters b.
 
@@ -90,8 +96,7 @@ def draw_dataparallel_vs_ddp(gpus: int = 4) -> Figure:
              "4. gather the outputs back to GPU 0",
              "5. backward; sum the gradients on GPU 0",
              "6. update the weights on GPU 0 only"]
-    for i, line in enumerate(steps):
-        ax.text(0.2, 1.6 - 0.24 * i, line, fontsize=8.5, va="top", fontweight="bold" if i == 0 else None)
+    _steps(ax, steps)
 
     # DDP: N process boxes on a ring.
     ax = axes[1]
@@ -113,8 +118,7 @@ def draw_dataparallel_vs_ddp(gpus: int = 4) -> Figure:
              "    while the backward pass goes on",
              "4. update its own replica: all stay equal",
              "(the model is copied once, at the start)"]
-    for i, line in enumerate(steps):
-        ax.text(0.2, 1.6 - 0.24 * i, line, fontsize=8.5, va="top", fontweight="bold" if i == 0 else None)
+    _steps(ax, steps)
     fig.tight_layout()
     return fig
 

@@ -15,7 +15,8 @@ The pieces, one idea each:
 - ``runner``: a check, its outcome (passed, failed, skipped for want of GPUs);
 - ``checklist``: the checks, in the order they run;
 - ``launches``, ``allreduce``, ``host_copies``, ``chapter14``: the checks themselves;
-- ``results``: the results file, its JSON Schema, writing and reading it.
+- ``results``: the results file, its JSON Schema, writing and reading it;
+- ``report``: what a results file holds, as the pages print it (and a plot).
 
-The pages draw the files with ``ddp_lab.draw.gpu_results``.
+The pages show the files with ``ddp_lab.gpu_check.report.show_gpu_results``.
 """

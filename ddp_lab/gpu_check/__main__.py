@@ -87,7 +87,7 @@ def main(argv=None) -> int:
                         allow_no_gpu=args.allow_no_gpu)
     path = write(document, args.out)
 
-    from ddp_lab.draw.gpu_results import report  # text only: needs no matplotlib
+    from ddp_lab.gpu_check.report import report  # text only: needs no matplotlib
 
     print()
     print(report([document]))

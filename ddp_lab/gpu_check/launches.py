@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 import ddp_lab
 from ddp_lab.gpu_check.runner import CheckFailed, Finding, expect
-from ddp_lab.launcher.config import choose_backend
+from ddp_lab.launcher.config import GPU_AND_CPU, choose_backend
 
 __all__ = ["launch_auto", "launch_nccl", "cpu_examples_on_gpus", "gloo_shared_gpu", "launch_after_cuda_init", "ddp_device_ids"]
 
@@ -129,7 +129,9 @@ def launch_auto(gpus, options):
     parent_has_cuda = torch.cuda.is_initialized()
     reports = ddp_lab.launch(on_rank_report, gpus, backend="auto", timeout=options.timeout)
     total = expect_one_rank_per_gpu(reports, gpus)
-    return Finding(f"{gpus} rank(s): 'auto' chose nccl; rank r on cuda:r; all-reduced sum {total:g} on every "
+    expect(all(r["backend"] == GPU_AND_CPU for r in reports),
+           f"'auto' initialised {reports[0]['backend']!r}, not {GPU_AND_CPU!r} (nccl for CUDA, gloo for CPU tensors)")
+    return Finding(f"{gpus} rank(s): 'auto' chose {GPU_AND_CPU!r}; rank r on cuda:r; all-reduced sum {total:g} on every "
                    f"rank (launched from a process {'with' if parent_has_cuda else 'without'} a CUDA context)",
                    {"ranks": reports, "parent_cuda_initialised": parent_has_cuda})
 
@@ -144,8 +146,9 @@ def launch_nccl(gpus, options):
 
 def cpu_examples_on_gpus(gpus, options):
     """The README's promise that the book's CPU examples run unchanged on a GPU machine:
-    ``launch(fn, W)`` with the default backend ("auto": nccl when there is a GPU for every
-    rank) on a function that all-reduces CPU tensors, as the chapters' functions do."""
+    ``launch(fn, W)`` with the default backend ("auto": nccl for CUDA tensors and gloo
+    for CPU tensors when there is a GPU for every rank) on a function that all-reduces
+    CPU tensors, as the chapters' functions do."""
     reports = ddp_lab.launch(on_rank_sum_cpu_tensor, gpus, timeout=options.timeout)
     expected = gpus * (gpus + 1) / 2
     for r in reports:

@@ -18,7 +18,7 @@ the repeats, ``{"min", "median", "max"}`` in seconds (``ddp_lab.units.spread``).
 
 The book keeps such files in ``book/part4_running/gpu_results/``
 (``RESULTS_DIR``); Chapters 5, 6, 9 and 14 show what they hold through
-``ddp_lab.draw.gpu_results``.
+``ddp_lab.gpu_check.report``.
 """
 
 from __future__ import annotations

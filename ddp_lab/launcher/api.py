@@ -33,11 +33,11 @@ killed. A process started in a session of its own (``start_new_session=True``,
 from __future__ import annotations
 
 from ddp_lab.launcher import protocol
-from ddp_lab.launcher.config import DEFAULT_TIMEOUT, make_plan
+from ddp_lab.launcher.config import DEFAULT_TIMEOUT, check_main_module, make_config
+from ddp_lab.launcher.errors import error_for
 from ddp_lab.launcher.jobs import interactive_sources, pickle_call
 from ddp_lab.launcher.output import show
-from ddp_lab.launcher.run_result import raise_for, unpickle_results
-from ddp_lab.launcher.worker_group import RankProcesses, interrupts_deferred
+from ddp_lab.launcher.worker_group import WorkerGroup, interrupts_deferred
 
 
 def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
@@ -62,18 +62,22 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
             ``dist.init_process_group()`` itself, as a torchrun script does.
 
     Returns:
-        ``[result of rank 0, result of rank 1, ...]``.
+        ``[result of rank 0, result of rank 1, ...]``; None for a rank whose
+        ``fn`` ended with ``sys.exit()`` or ``sys.exit(0)``, as a torchrun
+        worker that exits with status 0 has succeeded.
 
     Raises:
-        RankFailed: a rank raised; the message carries its traceback.
+        RankFailed: a rank raised (a nonzero ``sys.exit(code)`` included);
+            the message carries its traceback.
         RankDied: a rank was killed by a signal or exited early.
         RanksTimedOut: ranks were still running after ``timeout`` seconds.
-        ValueError, TypeError: bad arguments, before anything starts.
+        ValueError, TypeError: bad arguments, before anything starts;
+            RuntimeError: a script launching without the
+            ``if __name__ == "__main__":`` guard (``config.check_main_module``).
     """
-    plan = make_plan(world_size, backend=backend, nodes=nodes, threads=threads,
-                     timeout=timeout, init_process_group=init_process_group)
-    job = (protocol.CALL, pickle_call(fn, args, kwargs), {})  # cells' lines go in the setup
-    return run_ranks(plan, job)
+    config = make_config(world_size, backend=backend, nodes=nodes, threads=threads,
+                         timeout=timeout, init_process_group=init_process_group)
+    return run_worker_group(config, (protocol.CALL, pickle_call(fn, args, kwargs)))
 
 
 def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", *,
@@ -105,8 +109,7 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", 
         nprocs: how many rank processes to start.
         join: must be True: ``spawn`` waits for the ranks, so that their
             output and errors reach the cell (``mp.spawn(join=False)``
-            returns a handle instead; use ``ddp_lab.Ranks`` for ranks
-            that stay).
+            returns a handle instead).
         daemon, start_method: accepted as ``mp.spawn`` accepts them, and
             change nothing: the ranks are forked from ``ddp_lab``'s
             forkserver (a fresh interpreter would not find a function
@@ -115,12 +118,18 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", 
 
     Returns:
         None, as ``mp.spawn(join=True)``; what ``fn`` returns is dropped.
+
+    Raises:
+        RankFailed: a rank raised, or ended with a nonzero ``sys.exit(code)``
+            (``exit_code`` says which); ``sys.exit()``, ``sys.exit(0)`` and
+            ``sys.exit(None)`` end a rank normally, as under ``mp.spawn``.
+        RankDied, RanksTimedOut, ValueError, TypeError: as for ``launch``.
     """
     _check_spawn_options(args, join, daemon, start_method)
-    plan = make_plan(nprocs, backend="gloo", threads=threads, timeout=timeout,
-                     init_process_group=False, style="spawn", world_size_name="nprocs")
-    jobs = [(protocol.CALL, pickle_call(fn, (rank, *args)), {}) for rank in range(nprocs)]
-    run_ranks(plan, jobs)
+    config = make_config(nprocs, backend="gloo", threads=threads, timeout=timeout,
+                         init_process_group=False, style="spawn", world_size_name="nprocs")
+    jobs = [(protocol.CALL, pickle_call(fn, (rank, *args))) for rank in range(nprocs)]
+    run_worker_group(config, jobs)
 
 
 START_METHODS = ("spawn", "fork", "forkserver")
@@ -132,8 +141,7 @@ def _check_spawn_options(args, join, daemon, start_method):
     if join is not True:
         raise ValueError(
             f"join={join!r}: ddp_lab.spawn always waits for its ranks (join=True), so that "
-            "what they print and raise reaches the cell; for ranks that stay alive between "
-            "cells, use ddp_lab.Ranks")
+            "what they print and raise reaches the cell, and every cell shows what its ranks ran")
     if not isinstance(daemon, bool):
         raise TypeError(f"daemon must be True or False, got {daemon!r}")
     if start_method not in START_METHODS:
@@ -141,28 +149,32 @@ def _check_spawn_options(args, join, daemon, start_method):
                          f"{', '.join(map(repr, START_METHODS))} (each runs the same here)")
 
 
-def run_ranks(plan, first_job):
-    """Start the ranks with their first job, collect the replies, stop the ranks.
+def run_worker_group(config, job):
+    """Start the ranks with their job, collect the replies, stop the ranks.
 
-    ``first_job`` is one job for every rank, or a list of one per rank. Shows
-    what the ranks printed, then returns the results by rank or raises.
+    ``job`` is one job for every rank, or a list of one per rank. Shows what
+    the ranks printed, then returns the results by rank or raises the error
+    ``errors.error_for`` names.
     """
-    ranks = None
+    check_main_module()
+    group = None
     try:
         # Ctrl-C while the ranks start waits until they have (a second at most):
         # a rank started but not yet known here could not be stopped.
         with interrupts_deferred():
-            ranks = RankProcesses(plan, first_job=first_job, source_lines=interactive_sources())
-        outcome = ranks.collect(plan.timeout)
-        if outcome.ok:
-            ranks.close()
+            group = WorkerGroup(config, job, source_lines=interactive_sources())
+        result = group.collect(config.timeout)
+        if result.ok:
+            group.close()
         else:
-            ranks.kill()
+            group.kill()
     except BaseException:  # KeyboardInterrupt: stop everything right away
-        if ranks is not None:
-            ranks.kill()
-            show(ranks.take_output())
+        if group is not None:
+            group.kill()
+            show(group.take_output())
         raise
-    show(ranks.take_output())
-    raise_for(outcome, plan.timeout)
-    return unpickle_results(outcome, plan.world_size)
+    show(group.take_output())
+    error = error_for(result, config.timeout)
+    if error is not None:
+        raise error
+    return result.values()

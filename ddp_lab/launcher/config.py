@@ -2,29 +2,44 @@
 
 Everything here is checked in the notebook, before any process exists: a
 mistake in the arguments gets a clear message naming the bad value and what
-is allowed, instead of a crash in four processes at once.
+is allowed, instead of a crash in four processes at once. So is the place
+the launch is called from: a script that launches from its top-level code,
+without the ``if __name__ == "__main__":`` guard, is told so here
+(``check_main_module``), before any rank could die of it.
+
+The names follow torch's: ``LaunchConfig`` is what
+``torch.distributed.launcher.api.LaunchConfig`` is to torchrun, the
+validated settings of one run.
 
 Chapter 3 shows how ``backend="auto"`` decides; Chapter 14 asks it on a GPU machine.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+import sys
 from dataclasses import dataclass
 
 from ddp_lab.host import available_cores, cuda_device_count
 from ddp_lab.validate import check_positive_int, is_number
 
 BACKENDS = ("auto", "gloo", "nccl")
-# How the ranks meet (``Plan.style``): "torchrun", the launcher hosts the
-# store and sets torchrun's variables (``launch``, ``Ranks``); "spawn", as
-# under ``torch.multiprocessing.spawn``, the ranks' own code chooses where to
-# meet (``ddp_lab.spawn``).
+# What "auto" initialises when every rank has a GPU: nccl for CUDA tensors and
+# gloo for CPU tensors, in one process group. Plain "nccl" maps only the cuda
+# device (torch's Backend.backend_capability["nccl"] is ["cuda"]), so a
+# collective on a CPU tensor would raise "No backend type associated with
+# device type cpu"; the book's CPU examples must run unchanged on a GPU box.
+GPU_AND_CPU = "cpu:gloo,cuda:nccl"
+# How the ranks meet (``LaunchConfig.style``): "torchrun", the launcher hosts
+# the store and sets torchrun's variables (``launch``); "spawn", as under
+# ``torch.multiprocessing.spawn``, the ranks' own code chooses where to meet
+# (``ddp_lab.spawn``).
 STYLES = ("torchrun", "spawn")
 DEFAULT_TIMEOUT = 60.0
-# Every timeout (a launch's, a Ranks call's, a %%ddp cell's) is at most a
-# week. Waiting on the ranks' pipes counts in milliseconds held in a C int,
-# which overflows past 24.8 days; a week is far beyond any lesson's need.
+# Every timeout (a launch's, a spawn's) is at most a week. Waiting on the
+# ranks' pipes counts in milliseconds held in a C int, which overflows past
+# 24.8 days; a week is far beyond any lesson's need.
 MAX_TIMEOUT = 7 * 24 * 3600.0
 # All ranks run on this one machine, one process each.
 MAX_WORLD_SIZE = 256
@@ -32,7 +47,7 @@ MAX_THREADS = 256
 
 
 @dataclass(frozen=True)
-class Plan:
+class LaunchConfig:
     """A validated launch: how many ranks, which backend, how long to wait."""
 
     world_size: int
@@ -48,10 +63,10 @@ class Plan:
         return self.world_size // self.nodes
 
 
-def make_plan(world_size, *, backend="auto", nodes=1, threads=None,
-              timeout=DEFAULT_TIMEOUT, init_process_group=True, style="torchrun",
-              world_size_name="world_size"):
-    """Check the arguments of a launch and resolve ``backend="auto"``.
+def make_config(world_size, *, backend="auto", nodes=1, threads=None,
+                timeout=DEFAULT_TIMEOUT, init_process_group=True, style="torchrun",
+                world_size_name="world_size"):
+    """Check the arguments of a launch and resolve ``backend="auto"``: a ``LaunchConfig``.
 
     ``world_size_name`` is what the caller calls the number of ranks
     (``spawn`` says ``nprocs``, as ``torch.multiprocessing.spawn`` does).
@@ -68,7 +83,7 @@ def make_plan(world_size, *, backend="auto", nodes=1, threads=None,
     if threads is not None:
         check_positive_int("threads", threads, MAX_THREADS, "threads per rank")
     timeout = check_timeout(timeout)
-    return Plan(
+    return LaunchConfig(
         world_size=world_size,
         nodes=nodes,
         backend=choose_backend(backend, world_size),
@@ -96,9 +111,14 @@ def check_timeout(timeout, name="timeout"):
 
 
 def choose_backend(backend, world_size):
-    """nccl when every rank can have a GPU of its own, gloo otherwise.
+    """What the ranks' process group is initialised with.
 
-    ``"auto"`` says once, in the output, which one it picked and why.
+    ``"gloo"`` and ``"nccl"`` as asked (nccl only with a GPU for every rank).
+    ``"auto"``: when every rank can have a GPU of its own, ``GPU_AND_CPU``
+    (``"cpu:gloo,cuda:nccl"``: nccl for CUDA tensors, gloo for CPU tensors,
+    as ``torch.distributed.init_process_group`` documents for a
+    device-to-backend string); otherwise gloo. It says once, in the output,
+    which one it picked and why.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(map(repr, BACKENDS))}")
@@ -110,7 +130,8 @@ def choose_backend(backend, world_size):
     if backend != "auto":
         return backend
     if gpus >= world_size:
-        choice, why = "nccl", f"{gpus} CUDA devices for {world_size} ranks"
+        choice, why = GPU_AND_CPU, (f"{gpus} CUDA devices for {world_size} ranks: nccl for CUDA tensors, "
+                                    "gloo for CPU tensors")
     elif gpus:
         choice, why = "gloo", f"only {gpus} CUDA devices for {world_size} ranks"
     else:
@@ -119,14 +140,22 @@ def choose_backend(backend, world_size):
     return choice
 
 
+def uses_nccl(backend) -> bool:
+    """Does a process group of this backend string reduce CUDA tensors with nccl?
+    (``"nccl"`` or ``"cpu:gloo,cuda:nccl"``: ``dist.get_backend()`` returns the whole string.)"""
+    return any(part in ("nccl", "cuda:nccl") for part in str(backend).split(","))
+
+
 def threads_per_rank(world_size):
     """Intra-op threads for each rank when the launch does not say.
 
     ``OMP_NUM_THREADS`` if it is set, as torchrun does (it passes the
-    variable on to every worker, and sets it to 1 only when it is missing);
+    variable on to every worker, and sets it to 1 only when it is missing and
+    more than one worker runs per node: ``torch/distributed/run.py``);
     otherwise the CPU cores this process may use, shared evenly, at least one
-    each. The book's build and tests set ``OMP_NUM_THREADS=1``, so a rank's
-    float sums take the same order on every machine (chapter 10).
+    each. The book prints nothing that depends on this count: threads split
+    a reduction's float sums differently, so the printed numbers hold on any
+    setting (``tools/cpu_variants.py`` checks; Chapter 10 says why).
     """
     configured = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     if configured:  # "4,2" (nested OpenMP levels): the first is the intra-op count
@@ -146,3 +175,71 @@ def _say_once(message):
     if message not in _said:
         _said.add(message)
         print(message)
+
+
+def check_main_module():
+    """Refuse a launch that multiprocessing would break in every rank.
+
+    Like ``torch.multiprocessing.spawn``, each rank imports the caller's
+    script (as ``__mp_main__``) before it starts. A notebook is fine (it has
+    no file). Code piped into ``python -`` names a file that does not exist,
+    and every rank would die on start-up. A script is fine if it launches
+    from under the usual ``if __name__ == "__main__":`` guard; without it,
+    the launch in its top-level code runs again in each rank as the rank
+    imports it, multiprocessing refuses to start ranks from a rank still
+    starting, and every rank dies with exit code 1.
+    """
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if main_file is not None and not os.path.exists(main_file):
+        raise RuntimeError(
+            f"cannot start ranks from code whose __main__ is {main_file!r}: each rank "
+            "re-imports the main script, and this one is not a file. Save the code "
+            "to a .py file (with an `if __name__ == \"__main__\":` guard) or run it "
+            "in a notebook.")
+    top_level = _main_script_frame(main)
+    if top_level is not None and not _under_main_guard(top_level):
+        raise RuntimeError(
+            f"{top_level.f_code.co_filename} starts ranks from its top-level code, line "
+            f"{top_level.f_lineno}, without the `if __name__ == \"__main__\":` guard. "
+            "Each rank imports the script before it starts, and would run that line "
+            "again. Put the code that launches under the guard:\n\n"
+            "    if __name__ == \"__main__\":\n        ddp_lab.launch(...)")
+
+
+def _main_script_frame(main):
+    """The frame running the main script's top-level code, if this call came from it."""
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and main is not None \
+                and frame.f_globals is vars(main):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _under_main_guard(frame):
+    """Whether the frame's current top-level statement is ``if __name__ == "__main__":``.
+
+    When the source cannot be read or parsed, the answer is yes: only a
+    script known to lack the guard is refused.
+    """
+    try:
+        with open(frame.f_code.co_filename, encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+    except (OSError, SyntaxError, ValueError):
+        return True
+    line = frame.f_lineno
+    for statement in tree.body:
+        if statement.lineno <= line <= statement.end_lineno:
+            return isinstance(statement, ast.If) and _tests_main_name(statement.test)
+    return True
+
+
+def _tests_main_name(test):
+    """``__name__ == "__main__"``, written either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = {ast.dump(test.left), ast.dump(test.comparators[0])}
+    return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}

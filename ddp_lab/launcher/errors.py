@@ -1,9 +1,19 @@
-"""The errors a launch can end with.
+"""The errors a launch can end with, and which one a launch ends with.
 
 Each error names the rank (or ranks) it is about, because the first question
 after a failed distributed run is always *which process?*. A launch that runs
 out of time raises an error that is also a built-in ``TimeoutError``, so
 ``except TimeoutError`` catches it like any other timeout.
+
+``error_for`` reads what came back from the ranks (a
+``run_result.RunResult``) and returns the one exception the launch ends with:
+a rank that died, else the lowest rank that raised, else the ranks that did
+not finish in time. This module is the whole way out of a failed launch.
+
+In a notebook, IPython shows these errors through their
+``_render_traceback_`` (``ddp_lab.launcher.user_traceback``): the failing
+rank's own traceback and the cell that launched, with no frame of the
+launcher's and no folder of the machine's.
 
 Each can be pickled (``__reduce__`` gives the arguments back), so it can
 cross a process boundary too: a launch run inside another process pool, say.
@@ -13,9 +23,18 @@ Chapter 3 on: what a failed launch says (Chapter 8 catches ``RankFailed``).
 
 from __future__ import annotations
 
+from ddp_lab.launcher import serialize
+
 
 class LaunchError(RuntimeError):
     """Something went wrong in the rank processes of a launch."""
+
+
+def _render_user_traceback(self):
+    """What IPython shows for this error (``ddp_lab.launcher.user_traceback``)."""
+    from ddp_lab.launcher.user_traceback import render
+
+    return render(self)
 
 
 class RankFailed(LaunchError):
@@ -33,10 +52,15 @@ class RankFailed(LaunchError):
         still_running: ``{rank: where}`` for ranks that had not finished
             (typically waiting in a collective for the rank that failed);
             they were stopped.
+        exit_code: for a ``SystemExit`` (``sys.exit(3)``), the status the
+            rank asked for, never 0 (``sys.exit(0)`` ends a rank normally).
+        summary: the message without the traceback.
     """
 
+    _render_traceback_ = _render_user_traceback
+
     def __init__(self, rank, exc_type, exc_message, remote_traceback,
-                 exception=None, other_failures=None, still_running=None):
+                 exception=None, other_failures=None, still_running=None, exit_code=None):
         self.rank = rank
         self.exc_type = exc_type
         self.exc_message = exc_message
@@ -44,20 +68,36 @@ class RankFailed(LaunchError):
         self.exception = exception
         self.other_failures = dict(other_failures or {})
         self.still_running = dict(still_running or {})
-        headline = f"rank {rank} raised {exc_type}: {exc_message}"
-        if self.other_failures:
-            others = ", ".join(str(r) for r in sorted(self.other_failures))
-            headline += f" (ranks {others} failed too)"
-        lines = [headline]
+        self.exit_code = exit_code
+        self.summary = "\n".join(self._summary_lines())
+        super().__init__(f"{self.summary}\n\nTraceback from rank {rank}:\n"
+                         f"{remote_traceback.rstrip()}")
+
+    def _summary_lines(self):
+        lines = [self._headline()]
         if self.still_running:
             lines.append("ranks still running were stopped:")
             lines += [f"  rank {r}: {w}" for r, w in sorted(self.still_running.items())]
-        lines += ["", f"Traceback from rank {rank}:", remote_traceback.rstrip()]
-        super().__init__("\n".join(lines))
+        return lines
+
+    def _headline(self):
+        if self.exit_code is not None:
+            code = self.exit_code
+            call = (f"sys.exit({code})" if self.exc_message == str(code)
+                    else f"sys.exit({self.exc_message!r})")
+            headline = (f"rank {self.rank} exited with code {code} ({call}): only sys.exit(), "
+                        "sys.exit(0) and sys.exit(None) end a rank normally")
+        else:
+            headline = f"rank {self.rank} raised {self.exc_type}: {self.exc_message}"
+        if self.other_failures:
+            others = ", ".join(str(r) for r in sorted(self.other_failures))
+            headline += f" (ranks {others} failed too)"
+        return headline
 
     def __reduce__(self):
         return type(self), (self.rank, self.exc_type, self.exc_message, self.remote_traceback,
-                            self.exception, self.other_failures, self.still_running)
+                            self.exception, self.other_failures, self.still_running,
+                            self.exit_code)
 
 
 class RankDied(LaunchError):
@@ -65,33 +105,25 @@ class RankDied(LaunchError):
 
     It was killed by a signal (``signal_name`` is set: SIGKILL is what the
     out-of-memory killer sends) or it exited with a code (``os._exit(3)``).
-    With ``between_calls=True`` it died while idle, after one call of
-    persistent ``Ranks`` and before the next, which then ran on no rank.
     """
 
-    def __init__(self, rank, exitcode, between_calls=False):
+    _render_traceback_ = _render_user_traceback
+
+    def __init__(self, rank, exitcode):
         self.rank = rank
         self.exitcode = exitcode
-        self.between_calls = between_calls
         self.signal_name = None
         if exitcode is not None and exitcode < 0:
             self.signal_name = _signal_name(-exitcode)
-        how = describe_exit(exitcode)
-        if between_calls:
-            message = (f"rank {rank} {how} after the last call: this call ran on no rank. "
-                       "A process group cannot go on without one of its ranks, so the "
-                       "others were stopped too; ranks.restart() (or %ddp restart) "
-                       "starts fresh ones")
-        elif exitcode is not None and exitcode >= 0:
-            message = f"rank {rank} {how} before returning a result"
-        else:
-            message = f"rank {rank} {how}"
+        message = f"rank {rank} {describe_exit(exitcode)}"
+        if exitcode is not None and exitcode >= 0:
+            message += " before returning a result"
         if exitcode == -9:
             message += "; the kernel's out-of-memory killer sends this one too"
         super().__init__(message)
 
     def __reduce__(self):
-        return type(self), (self.rank, self.exitcode, self.between_calls)
+        return type(self), (self.rank, self.exitcode)
 
 
 def describe_exit(exitcode):
@@ -113,6 +145,8 @@ class RanksTimedOut(LaunchError, TimeoutError):
             came to ``init_process_group`` (``ddp_lab.launcher.where_stuck``).
     """
 
+    _render_traceback_ = _render_user_traceback
+
     def __init__(self, timeout, unfinished, hint=""):
         self.timeout = timeout
         self.unfinished = dict(unfinished)
@@ -129,6 +163,41 @@ class RanksTimedOut(LaunchError, TimeoutError):
 
     def __reduce__(self):
         return type(self), (self.timeout, self.unfinished, self.hint)
+
+
+def error_for(result, timeout):
+    """The exception a launch ends with, from its ``run_result.RunResult``; None if it went well.
+
+    A death comes first: the process group lost a member, and what the
+    others did next (fail, hang) usually follows from it. Then the lowest
+    rank that raised, the same one on every run of the same bug. Then the
+    ranks still running after ``timeout`` seconds.
+    """
+    if result.ok:
+        return None
+    if result.died:
+        rank = min(result.died)
+        return RankDied(rank, result.died[rank])
+    if result.failures:
+        return _rank_failed(result.failures, result.unfinished)
+    return RanksTimedOut(timeout, result.unfinished, result.hint)
+
+
+def _rank_failed(failures, still_running):
+    """``RankFailed`` for the lowest rank of ``failures`` (``worker._failure_reply``'s)."""
+    rank = min(failures)
+    info = failures[rank]
+    others = {r: f"{f['exc_type']}: {f['message']}" for r, f in failures.items() if r != rank}
+    return RankFailed(rank, info["exc_type"], info["message"], info["traceback"],
+                      exception=_unpickle_or_none(info["exception"]), other_failures=others,
+                      still_running=still_running, exit_code=info.get("exit_code"))
+
+
+def _unpickle_or_none(data):
+    try:
+        return serialize.loads(data) if data else None
+    except Exception:  # e.g. an exception class the notebook cannot import
+        return None
 
 
 def _signal_name(number):

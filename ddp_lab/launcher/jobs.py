@@ -1,6 +1,6 @@
 """What a job carries to the ranks: the function, pickled by value, and the cells' source.
 
-``launch`` and ``Ranks.run`` (Chapter 3 on) send the function a rank must
+``launch`` and ``spawn`` (Chapter 3 on) send the function a rank must
 call, with its arguments, as one pickle made by ``ddp_lab.launcher.serialize``
 (cloudpickle, by value: a function defined in a notebook cell travels whole).
 A value that cannot be pickled is named before any rank starts. The source
@@ -42,25 +42,6 @@ def _unpicklable_part(fn, args, kwargs):
                 f"{label} ({type(value).__name__}) cannot be pickled, so it cannot be "
                 f"sent to the ranks: {error}. Create it inside the function instead.")
     return TypeError("(fn, args, kwargs) cannot be pickled")
-
-
-def pickle_values(values):
-    """Pickle ``{name: value}`` by value for ``Ranks.push``, naming what cannot go."""
-    for name in values:
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"{name!r} cannot be a variable name: use a Python identifier")
-    try:
-        return serialize.dumps(dict(values))
-    except Exception:
-        pass
-    for name, value in values.items():
-        try:
-            serialize.dumps(value)
-        except Exception as error:
-            raise TypeError(
-                f"{name} ({type(value).__name__}) cannot be pickled, so it cannot be sent "
-                f"to the ranks: {error}. Create it in a %%ddp cell instead.") from error
-    raise TypeError("these values cannot be pickled together")
 
 
 def interactive_sources():

@@ -4,24 +4,20 @@ The short table is in ``ddp_lab.launcher``'s docstring; the fields are here.
 
 The notebook (``ddp_lab.launcher.worker_group``) and each rank (``ddp_lab.launcher.worker``)
 talk over one duplex pipe per rank. Every message is a tuple whose first item
-is its kind; every job, query and reply then carries an id, as in Jupyter's
-messaging protocol: a reply carries the id of the message it answers
-(Jupyter's ``parent_header.msg_id``), so the notebook can tell the reply to
-*this* call from a late reply to an earlier one, and drop the latter.
+is its kind; the job, each question and each reply then carries an id, as in
+Jupyter's messaging protocol: a reply carries the id of the message it
+answers (Jupyter's ``parent_header.msg_id``), so the notebook can tell the
+answer to *this* question from a late answer to an earlier one, and drop the
+latter.
 
 Notebook to rank:
 
 ============  ===================================  ================================
 kind          fields after the kind                answered by
 ============  ===================================  ================================
-``call``      job id, pickled (fn, args, kwargs),  ``done`` or ``failed``
-              notebook cells' source lines
-``exec``      job id, source, file name            ``done`` (None) or ``failed``
-``pull``      job id, variable names               ``done`` ({name: value}) or
-                                                   ``failed``
-``push``      job id, pickled {name: value}        ``done`` (None) or ``failed``
-``interrupt`` job id                               nothing: the job's own reply
-                                                   says KeyboardInterrupt
+``call``      job id, pickled (fn, args, kwargs)   ``done`` or ``failed``
+              (the rank's one job: it travels with
+              the process's arguments, not the pipe)
 ``where``     query id                             ``stack``
 ``exit``      (none)                               nothing: the rank leaves its
                                                    group and exits
@@ -39,22 +35,17 @@ kind          fields after the kind
 ============  ===================================================
 
 Job ids and query ids come from one counter per launch, so no two messages
-of a launch share an id. A rank runs one job at a time, in the order they
-came; ``interrupt`` and ``where`` are answered at once by the rank's reader
-thread, even while a job runs.
+of a launch share an id. ``where`` is answered at once by the rank's reader
+thread, even while the job runs; ``exit`` comes once the notebook has every
+reply.
 """
 
 from __future__ import annotations
 
-# Jobs: the rank's main thread runs them, one at a time, and replies to each.
+# The job: the rank's main thread runs it and replies.
 CALL = "call"
-EXEC = "exec"
-PULL = "pull"
-PUSH = "push"
-JOBS = (CALL, EXEC, PULL, PUSH)
 
-# Handled by the rank's reader thread at once, even while a job runs.
-INTERRUPT = "interrupt"
+# Handled by the rank's reader thread at once, even while the job runs.
 WHERE = "where"
 EXIT = "exit"
 

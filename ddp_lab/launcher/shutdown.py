@@ -1,7 +1,7 @@
 """Nothing outlives the notebook: live worker groups and helpers are stopped at exit.
 
-Every worker group (``ddp_lab.launcher.worker_group``), a ``launch`` in
-flight or persistent ``Ranks``, is registered here while it has ranks
+Every worker group (``ddp_lab.launcher.worker_group``), a ``launch`` or
+``spawn`` in flight, is registered here while it has ranks
 (``stop_at_exit``, ``forget``). At interpreter exit, and when a Jupyter
 kernel is told to shut down, each one still registered is killed with
 every process it started: left alone, Python's exit would wait on the ranks
@@ -68,7 +68,7 @@ def forget(group):
 # wait on a running rank for ever), this one stops the ranks before it.
 @atexit.register
 def stop_all_worker_groups():
-    """Kill every worker group still running (a launch in flight, ``Ranks`` never stopped)."""
+    """Kill every worker group still running (a launch in flight in another thread, say)."""
     for group in list(_live.values()):
         _quietly(group.kill)
 

@@ -93,7 +93,7 @@ def describe_where(frames):
     if not user:
         if torch_call:
             return f"waiting in {torch_call} (while starting up)"
-        return "idle, waiting for a job"
+        return "in the launcher's own code (starting up or replying), not in the function"
     filename, lineno, function, code = user[-1][:4]
     where_in = "cell" if function == "<module>" else f"{function}()"
     place = f"{where_in} line {lineno}" + (f": {code}" if code else "")

@@ -12,10 +12,38 @@ torchrun tells every process who it is through environment variables.
 - ``GROUP_RANK``: the index of this node (torchrun's ``--node_rank``).
 - ``MASTER_ADDR`` / ``MASTER_PORT``: where the rendezvous store listens.
 
+``worker_environment`` composes a rank's whole environment: the notebook's,
+then these variables (or, under ``ddp_lab.spawn``, what ``mp.spawn`` gives),
+then the network interface and the GPUs it may use.
+
 Chapters 2 and 3 print these variables; Chapter 11 shows torchrun setting the same.
 """
 
 from __future__ import annotations
+
+import os
+
+from ddp_lab.host import loopback_interface
+from ddp_lab.launcher.config import uses_nccl
+
+
+def worker_environment(config, rank, master_port, notebook_env=None):
+    """Everything rank ``rank`` of a launch (a ``config.LaunchConfig``) finds in ``os.environ``.
+
+    The notebook's environment (``notebook_env``, by default ``os.environ``)
+    with torchrun's variables on top, and the store at ``master_port``; under
+    ``ddp_lab.spawn`` (``config.style == "spawn"``) what ``spawn_environment``
+    says instead. Then the interface and the GPUs (``network_and_devices``).
+    """
+    notebook_env = os.environ if notebook_env is None else notebook_env
+    if config.style == "spawn":
+        env = spawn_environment(notebook_env, rank, config.world_size)
+    else:
+        env = dict(notebook_env)
+        env.update(torchrun_environment(
+            rank, config.world_size, nodes=config.nodes, master_port=master_port))
+    env.update(network_and_devices(config, rank, notebook_env))
+    return env
 
 
 def torchrun_environment(rank, world_size, *, nodes=1, master_addr="127.0.0.1",
@@ -80,4 +108,26 @@ def spawn_environment(notebook_env, rank, world_size):
            if not name.startswith("TORCHELASTIC_")}
     env.update(RANK=str(rank), WORLD_SIZE=str(world_size),
                LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
+    return env
+
+
+def network_and_devices(config, rank, notebook_env):
+    """Keep a local launch on loopback; give simulated nodes their own GPUs.
+
+    gloo and nccl pick the interface named in ``GLOO_SOCKET_IFNAME`` and
+    ``NCCL_SOCKET_IFNAME``; left unset, they may choose a network card and
+    announce an address no other rank can reach. A value the notebook set
+    is kept. With nccl and ``nodes > 1``, each simulated node sees only its
+    own GPUs, numbered from 0, so ``LOCAL_RANK`` picks the GPU exactly as on
+    a real node (Chapter 12).
+    """
+    env = {}
+    loopback = loopback_interface()
+    if loopback:
+        env["GLOO_SOCKET_IFNAME"] = notebook_env.get("GLOO_SOCKET_IFNAME", loopback)
+        env["NCCL_SOCKET_IFNAME"] = notebook_env.get("NCCL_SOCKET_IFNAME", loopback)
+    if uses_nccl(config.backend) and config.nodes > 1:
+        first = rank // config.ranks_per_node * config.ranks_per_node
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(
+            str(first + i) for i in range(config.ranks_per_node))
     return env

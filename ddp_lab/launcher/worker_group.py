@@ -1,19 +1,21 @@
 """The worker group: starting, watching and stopping the rank processes of one launch.
 
-``RankProcesses`` starts ``world_size`` processes together and keeps three
-lines to each: a control pipe (jobs out, replies in), an output pipe (what the
-rank prints) and the process's sentinel (readable when it exits). One loop
-waits on all of them at once, so a reply, a print, a crash and the timeout
-are all noticed as soon as they happen.
+``WorkerGroup`` (torch elastic's name for the workers one agent runs) starts
+``world_size`` processes together, each with its job, and keeps three lines
+to each: a control pipe (questions out, replies in), an output pipe (what
+the rank prints) and the process's sentinel (readable when it exits). One
+loop waits on all of them at once, so a reply, a print, a crash and the
+timeout are all noticed as soon as they happen.
 
 The ranks are forked from a forkserver (``ddp_lab.launcher.forkserver``).
 What they print is read as it comes, kept within bounds and, where someone
 watches, shown on a live line while they run (``ddp_lab.launcher.output``).
+What each rank finds in its environment is ``ddp_lab.launcher.worker_env``'s.
 
 The rendezvous store (where ranks find each other) is hosted here, in the
 notebook, on a loopback socket the operating system picked, exactly as
 torchrun's agent hosts it. Two notebooks launching at once get two ports.
-Ranks started by ``ddp_lab.spawn`` (``plan.style == "spawn"``) meet where
+Ranks started by ``ddp_lab.spawn`` (``config.style == "spawn"``) meet where
 their own code says instead, and no store is hosted for them.
 
 The machinery behind Chapter 3's ``launch``.
@@ -21,13 +23,11 @@ The machinery behind Chapter 3's ``launch``.
 
 from __future__ import annotations
 
-import ast
 import itertools
 import multiprocessing
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -35,23 +35,19 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.connection import wait
 
-from ddp_lab.host import loopback_interface
 from ddp_lab.launcher import protocol, shutdown
 from ddp_lab.launcher.forkserver import forkserver_context
 from ddp_lab.launcher.output import LiveLine, RankOutput
-from ddp_lab.launcher.run_result import Outcome
+from ddp_lab.launcher.run_result import RunResult
 from ddp_lab.launcher.where_stuck import (
     describe_where, rendezvous_arguments, timeout_hint, waiting_kind)
-from ddp_lab.launcher.worker import RankSetup, rank_main
-from ddp_lab.launcher.worker_env import spawn_environment, torchrun_environment
+from ddp_lab.launcher.worker import WorkerSpec, worker_main
+from ddp_lab.launcher.worker_env import worker_environment
 
 # After the first rank fails, how long to wait for the others' replies: a
 # bug present on every rank then shows as "rank 0 failed (1, 2, 3 too)",
 # the same on every run, instead of whichever rank happened to be first.
 FAILURE_GRACE = 0.25
-# After a failure, how often to look again at ranks that are merely busy
-# (see ``collect``'s ``wait_for_busy``).
-BUSY_CHECK_INTERVAL = 0.5
 # How long an unfinished rank gets to say where it is stuck.
 WHERE_GRACE = 1.0
 # How long ranks get to leave cleanly before they are killed.
@@ -77,70 +73,53 @@ class _Rank:
     output: RankOutput = field(default_factory=RankOutput)
 
 
-class RankProcesses:
-    """``plan.world_size`` running ranks and the lines to talk to them.
+class WorkerGroup:
+    """``config.world_size`` running ranks, each running ``job``, and the lines to talk to them.
 
-    One job is in flight at a time (``self.job``): ``send_job`` sends it to
-    every rank, ``collect`` reads the replies that carry its id and drops
-    any other (a late reply to an earlier job, a late stack). The messages
-    are listed in ``ddp_lab.launcher.protocol``.
+    ``job`` is one ``(protocol.CALL, pickled call)`` for every rank, or a
+    list of one per rank (``spawn`` pickles its rank into each); it travels
+    with each process's arguments, under one job id. ``collect`` reads the
+    replies that carry that id, and the stacks that answer the last
+    ``where``; anything else is a late answer to an older question, dropped.
+    The messages are listed in ``ddp_lab.launcher.protocol``.
     """
 
-    def __init__(self, plan, *, first_job=None, source_lines=None):
-        _check_main_module_can_be_imported()
-        self.plan = plan
+    def __init__(self, config, job, *, source_lines=None):
+        self.config = config
         self._ids = itertools.count(1)  # job and query ids (msg_id)
-        self.job = None  # the Outcome of the job in flight, or of the last one
+        self.job = RunResult(next(self._ids), pending=set(range(config.world_size)))
         self._query = None  # the id of the last "where" question
         self._stacks = {}  # rank -> its answer to that question
         self._asked = set()  # ranks whose answer to that question is awaited
-        self.stale_replies = 0  # replies dropped because they answered an older message
         self._live = LiveLine()  # what the ranks print, shown while they run (output.py)
         # Under spawn the ranks' own code hosts its store (rank 0), where it chooses.
-        self._store, self.port = (_loopback_store(plan.timeout) if plan.style == "torchrun"
+        self._store, self.port = (_loopback_store(config.timeout) if config.style == "torchrun"
                                   else (None, None))
-        # The first job travels with the process's arguments: no round trip.
-        first = self._first_messages(first_job)
+        jobs = job if isinstance(job, list) else [job] * config.world_size
         context = forkserver_context()
         self._ranks = []
         self._killed = False
         shutdown.stop_at_exit(self)  # from now on, interpreter exit or kernel shutdown stops it
         try:
-            for rank in range(plan.world_size):
-                setup = self._setup(rank, source_lines or {})
-                self._ranks.append(_start_rank(context, setup, first[rank]))
+            for rank, (kind, *fields) in enumerate(jobs):
+                spec = self._spec(rank, source_lines or {})
+                self._ranks.append(_start_rank(context, spec, (kind, self.job.job_id, *fields)))
         except BaseException:
             self.kill()
             raise
 
-    def _first_messages(self, first_job):
-        """Each rank's first message: one job for all (``(kind, *fields)``),
-        or a list of one per rank (``spawn`` pickles its rank into each), one id."""
-        if first_job is None:
-            return [None] * self.plan.world_size
-        jobs = first_job if isinstance(first_job, list) else [first_job] * self.plan.world_size
-        job_id = self._new_job(jobs[0][0])[1]
-        return [(kind, job_id, *fields) for kind, *fields in jobs]
-
-    def _setup(self, rank, source_lines):
-        plan = self.plan
-        if plan.style == "spawn":
-            env = spawn_environment(os.environ, rank, plan.world_size)
-        else:
-            env = dict(os.environ)
-            env.update(torchrun_environment(
-                rank, plan.world_size, nodes=plan.nodes, master_port=self.port))
-        env.update(_network_and_device_env(plan, rank))
-        return RankSetup(
+    def _spec(self, rank, source_lines):
+        config = self.config
+        return WorkerSpec(
             rank=rank,
-            env=env,
-            threads=plan.threads,
-            backend=plan.backend,
-            init_process_group=plan.init_process_group,
+            env=worker_environment(config, rank, self.port),
+            threads=config.threads,
+            backend=config.backend,
+            init_process_group=config.init_process_group,
             # Collectives must not give up before the launcher does: the
             # launcher's own timeout, which also says where ranks were stuck,
             # ends a hang first.
-            process_group_timeout=plan.timeout + 60,
+            process_group_timeout=config.timeout + 60,
             source_lines=source_lines,
         )
 
@@ -148,84 +127,28 @@ class RankProcesses:
     def pids(self):
         return [r.process.pid for r in self._ranks]
 
-    def exited(self):
-        """``{rank: exit code}`` of the ranks whose process has ended."""
-        return {r.rank: r.process.exitcode for r in self._ranks
-                if r.process.exitcode is not None}
-
-    def _new_job(self, kind, *fields):
-        """The message for a new job, with a fresh id; it becomes ``self.job``."""
-        job_id = next(self._ids)
-        self.job = Outcome(job_id, pending=set(range(self.plan.world_size)))
-        return (kind, job_id, *fields)
-
-    def send_job(self, kind, *fields):
-        """Send a new job (``protocol.CALL``, ``EXEC`` or ``PULL``) to every rank.
-
-        Each message is written whole, even if Ctrl-C comes meanwhile: the
-        KeyboardInterrupt is raised once every rank has the job (see
-        ``interrupts_deferred``), and the caller then interrupts the job.
-        """
-        if self.job is not None and self.job.pending:
-            raise RuntimeError(
-                f"job {self.job.job_id} still awaits the replies of ranks "
-                f"{sorted(self.job.pending)}: collect them (or interrupt it) first")
-        message = self._new_job(kind, *fields)
-        with interrupts_deferred():
-            for r in self._ranks:
-                try:
-                    r.control.send(message)
-                except OSError:  # its end of the pipe is closed: it died
-                    self._record_death(r)
-
-    def interrupt(self):
-        """Ctrl-C for the job in flight, on every rank that has not replied to it."""
-        job = self.job
-        for r in self._ranks:
-            if job is not None and r.rank in job.pending:
-                try:
-                    with interrupts_deferred():
-                        r.control.send((protocol.INTERRUPT, job.job_id))
-                except OSError:
-                    pass  # it died: collect notices
-
-    def collect(self, timeout, *, wait_for_busy=False):
-        """Read the replies to the job in flight: until every rank replied, or trouble.
-
-        Returns ``self.job``. What came back is kept there as it comes, so
-        after a KeyboardInterrupt a second call takes up where the first
-        stopped: a rank that already replied is not waited for again.
+    def collect(self, timeout):
+        """Read the replies to the job: until every rank replied, or trouble. Returns ``self.job``.
 
         After a rank fails or dies, the others get ``FAILURE_GRACE`` to reply
-        too; then those still running are asked where they are. Ranks waiting
-        in torch.distributed are stuck (the failed rank will never join
-        them), and collecting stops. Ranks that are merely busy (sleeping,
-        computing) are waited for, until the timeout, when ``wait_for_busy``
-        is set: persistent ranks keep their variables if they finish. A death
-        always stops collecting: the process group has lost a member.
+        too (the same bug on every rank is then reported as rank 0's, every
+        time); those still running are then asked where they are, and
+        stopped: often they wait in a collective for the failed rank, which
+        will never join them.
         """
         job = self.job
         deadline = time.monotonic() + timeout
-        look_at = None  # when to look where the unfinished ranks are
+        give_up_at = None
         self._live.begin()
         while job.pending:
             now = time.monotonic()
-            if look_at is None and (job.failures or job.died):
-                look_at = now + FAILURE_GRACE
-            if now >= deadline:
-                job.timed_out = not (job.failures or job.died)
+            if give_up_at is None and (job.failures or job.died):
+                give_up_at = now + FAILURE_GRACE
+            if now >= min(deadline, give_up_at or deadline):
                 break
-            if look_at is not None and now >= look_at:
-                where = self._ask_where(job.pending)
-                stuck = [rank for rank in job.pending if where[rank].kind]  # some replied meanwhile
-                if job.died or stuck or not wait_for_busy:
-                    self._give_up(where)
-                    break
-                look_at = time.monotonic() + BUSY_CHECK_INTERVAL
-                continue
-            self._wait_once(min(deadline, look_at or deadline, now + self._live.wake_in()) - now)
+            self._wait_once(min(deadline, give_up_at or deadline, now + self._live.wake_in()) - now)
             self._live.draw([r.output for r in self._ranks])
-        if job.pending and not job.unfinished:
+        if job.pending:
             self._give_up(self._ask_where(job.pending))
         return job
 
@@ -236,14 +159,12 @@ class RankProcesses:
         late = _Where("replied too late")
         for rank in job.pending:
             job.unfinished[rank] = where.get(rank, late).text
-            if where.get(rank, late).kind:
-                job.in_collective.add(rank)
         job.hint = timeout_hint(
             {rank: where.get(rank, late).kind for rank in job.pending},
             {rank: where[rank].arguments for rank in job.pending
              if rank in where and where[rank].kind == "rendezvous"},
-            world_size=self.plan.world_size,
-            launcher="ddp_lab.spawn" if self.plan.style == "spawn" else "ddp_lab.launch",
+            world_size=self.config.world_size,
+            launcher="ddp_lab.spawn" if self.config.style == "spawn" else "ddp_lab.launch",
             store=("127.0.0.1", self.port) if self.port is not None else None)
 
     def _wait_once(self, seconds):
@@ -288,8 +209,7 @@ class RankProcesses:
                     job.results[r.rank] = payload
                 else:
                     job.failures[r.rank] = payload
-            else:
-                self.stale_replies += 1  # the answer to an older message: dropped
+            # else: the answer to an older question (a late stack): dropped
 
     def _record_death(self, r):
         r.process.join(1.0)
@@ -412,81 +332,13 @@ def interrupts_deferred():
             signal.raise_signal(signal.SIGINT)  # through the usual handler, now
 
 
-def _check_main_module_can_be_imported():
-    """Refuse a launch that multiprocessing would break in every rank.
-
-    Like ``torch.multiprocessing.spawn``, each rank imports the caller's
-    script (as ``__mp_main__``) before it starts. A notebook is fine (it has
-    no file). Code piped into ``python -`` names a file that does not exist,
-    and every rank would die on start-up. A script is fine if it launches
-    from under the usual ``if __name__ == "__main__":`` guard; without it,
-    the launch in its top-level code runs again in each rank as the rank
-    imports it, multiprocessing refuses to start ranks from a rank still
-    starting, and every rank dies with exit code 1.
-    """
-    main = sys.modules.get("__main__")
-    main_file = getattr(main, "__file__", None)
-    if main_file is not None and not os.path.exists(main_file):
-        raise RuntimeError(
-            f"cannot start ranks from code whose __main__ is {main_file!r}: each rank "
-            "re-imports the main script, and this one is not a file. Save the code "
-            "to a .py file (with an `if __name__ == \"__main__\":` guard) or run it "
-            "in a notebook.")
-    top_level = _main_script_frame(main)
-    if top_level is not None and not _under_main_guard(top_level):
-        raise RuntimeError(
-            f"{top_level.f_code.co_filename} starts ranks from its top-level code, line "
-            f"{top_level.f_lineno}, without the `if __name__ == \"__main__\":` guard. "
-            "Each rank imports the script before it starts, and would run that line "
-            "again. Put the code that launches under the guard:\n\n"
-            "    if __name__ == \"__main__\":\n        ddp_lab.launch(...)")
-
-
-def _main_script_frame(main):
-    """The frame running the main script's top-level code, if this call came from it."""
-    frame = sys._getframe()
-    while frame is not None:
-        if frame.f_code.co_name == "<module>" and main is not None \
-                and frame.f_globals is vars(main):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def _under_main_guard(frame):
-    """Whether the frame's current top-level statement is ``if __name__ == "__main__":``.
-
-    When the source cannot be read or parsed, the answer is yes: only a
-    script known to lack the guard is refused.
-    """
-    try:
-        with open(frame.f_code.co_filename, encoding="utf-8") as source:
-            tree = ast.parse(source.read())
-    except (OSError, SyntaxError, ValueError):
-        return True
-    line = frame.f_lineno
-    for statement in tree.body:
-        if statement.lineno <= line <= statement.end_lineno:
-            return isinstance(statement, ast.If) and _tests_main_name(statement.test)
-    return True
-
-
-def _tests_main_name(test):
-    """``__name__ == "__main__"``, written either way round."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
-            and isinstance(test.ops[0], ast.Eq)):
-        return False
-    sides = {ast.dump(test.left), ast.dump(test.comparators[0])}
-    return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
-
-
-def _start_rank(context, setup, first_job):
+def _start_rank(context, spec, job):
     control, rank_control = context.Pipe(duplex=True)
     output_pipe, rank_output = context.Pipe(duplex=False)
     process = context.Process(
-        target=rank_main,
-        args=(setup, rank_control, rank_output, first_job),
-        name=f"ddp_lab-rank-{setup.rank}",
+        target=worker_main,
+        args=(spec, rank_control, rank_output, job),
+        name=f"ddp_lab-rank-{spec.rank}",
     )
     try:
         process.start()
@@ -494,7 +346,7 @@ def _start_rank(context, setup, first_job):
         rank_control.close()  # the rank has its own copies now
         rank_output.close()
     os.set_blocking(output_pipe.fileno(), False)
-    return _Rank(setup.rank, process, control, output_pipe)
+    return _Rank(spec.rank, process, control, output_pipe)
 
 
 def _loopback_store(timeout):
@@ -515,23 +367,6 @@ def _loopback_store(timeout):
         wait_for_workers=False, master_listen_fd=listener.detach(),  # the store owns it now
     )
     return store, port
-
-
-def _network_and_device_env(plan, rank):
-    """Keep a local launch on loopback; give simulated nodes their own GPUs."""
-    env = {}
-    loopback = loopback_interface()
-    if loopback:
-        env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", loopback))
-        env.setdefault("NCCL_SOCKET_IFNAME", os.environ.get("NCCL_SOCKET_IFNAME", loopback))
-    if plan.backend == "nccl" and plan.nodes > 1:
-        # Each simulated node sees only its own GPUs, numbered from 0, so
-        # LOCAL_RANK picks the GPU exactly as on a real node.
-        node = rank // plan.ranks_per_node
-        first = node * plan.ranks_per_node
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(
-            str(first + i) for i in range(plan.ranks_per_node))
-    return env
 
 
 def _receive(connection):

@@ -18,24 +18,16 @@ import math
 import traitlets
 
 from ddp_lab.cost import collective_time, naive_all_reduce_time
-from ddp_lab.units import format_bytes
+from ddp_lab.draw.palette import BLUE, VERMILLION
+from ddp_lab.units import format_bytes, format_seconds
 
 from .control import Control, figure_html, javascript
 
-__all__ = ["AllReduceCost", "all_reduce_times", "format_seconds"]
+__all__ = ["AllReduceCost", "all_reduce_times"]
 
 MAX_WORLD_SIZE = 64
 MESSAGE_SIZES = tuple(2 ** k for k in range(10, 31))  # 1 KiB to 1 GiB
-COLOURS = {"ring": "#0072B2", "naive": "#D55E00"}
-
-
-def format_seconds(seconds: float) -> str:
-    """``1.23e-05 -> '12.3 µs'``: three significant digits in µs, ms or s."""
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3g} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s"
+COLOURS = {"ring": BLUE, "naive": VERMILLION}
 
 
 def all_reduce_times(nbytes: float, world_size: int, latency: float, bandwidth: float) -> dict:
@@ -89,6 +81,7 @@ class AllReduceCost(Control):
         ax.grid(color="0.9", which="both")
         ax.legend(frameon=False)
         title = (f"W = {self.world_size}, n = {format_bytes(self.message_bytes)}, "
-                 f"α = {format_seconds(self.latency)}, β = {self.bandwidth / 1e9:.3g} GB/s: "
-                 f"ring {format_seconds(now['ring']['total'])}, naive {format_seconds(now['naive']['total'])}")
+                 f"α = {format_seconds(self.latency, 'text')}, β = {self.bandwidth / 1e9:.3g} GB/s: "
+                 f"ring {format_seconds(now['ring']['total'], 'text')}, "
+                 f"naive {format_seconds(now['naive']['total'], 'text')}")
         return f"<p>{title}</p>" + figure_html(fig, alt=title)

@@ -18,8 +18,9 @@ from __future__ import annotations
 import traitlets
 
 from ddp_lab.cost import bucket_schedule, bucketed_backward_time
+from ddp_lab.draw.palette import BLUE, GREEN, VERMILLION
+from ddp_lab.units import format_seconds
 
-from .allreduce_cost import format_seconds
 from .control import Control, figure_html, javascript
 
 __all__ = ["BucketTradeoff", "format_mib"]
@@ -28,7 +29,8 @@ MiB = 2 ** 20
 MAX_WORLD_SIZE = 64
 GRADIENT_SIZES = tuple(float(2 ** k * MiB) for k in range(2, 15))            # 4 MiB to 16 GiB
 BUCKET_SIZES = tuple(float(2 ** (k / 2) * MiB) for k in range(-4, 29))       # 0.25 MiB to 16 GiB
-COLOURS = {"compute": "#009E73", "comm": "#0072B2"}
+# "exposed": the communication left after the backward pass
+COLOURS = {"compute": GREEN, "comm": BLUE, "exposed": VERMILLION}
 
 
 def format_mib(nbytes: float) -> str:
@@ -88,6 +90,7 @@ class BucketTradeoff(Control):
         ax.grid(color="0.9")
         best_size, best_time = self.best
         title = (f"{len(self.schedule)} buckets of {format_mib(self.gradient_bytes / len(self.schedule))}: "
-                 f"T = {format_seconds(now)} for T_b = {format_seconds(self.backward_seconds)}; "
-                 f"best on the slider {format_mib(best_size)} ({format_seconds(best_time)})")
+                 f"T = {format_seconds(now, 'text')} "
+                 f"for T_b = {format_seconds(self.backward_seconds, 'text')}; "
+                 f"best on the slider {format_mib(best_size)} ({format_seconds(best_time, 'text')})")
         return f"<p>{title}</p>" + figure_html(fig, alt=title)

@@ -9,10 +9,16 @@ where nbclient saved the widget's state and the ipywidgets embed manager
 plays it back without a kernel. Everything the module needs is in it:
 ``js/common.js`` (elements, sliders, number formatting), the control's own
 ``js/<name>.js``, and before both a ``const PY = {...}`` of constants taken
-from Python (palette, choices, bytes per parameter), so that the page and the
+from Python (colours, choices, bytes per parameter), so that the page and the
 Python package cannot drift apart on them. The formulas themselves are
 written again in JavaScript; ``tests/test_widgets_js.py`` evaluates them in
 Chromium on a grid of inputs and compares every answer with Python's.
+
+The colours are the book's (``ddp_lab.draw.palette``), the same as its
+figures': each control passes those it draws with in ``PY``, and the
+stylesheet ``js/controls.css`` gets those it uses as CSS variables
+(:func:`palette_css`). Only the greys of axes and grid lines are the
+controls' own, written where they are drawn.
 
 Each control also has a **static picture** of its default state: the
 ``text/html`` of its output holds the widget's view tag followed by that
@@ -35,7 +41,9 @@ from importlib import resources
 
 import anywidget
 
-__all__ = ["Control", "javascript", "figure_html"]
+from ddp_lab.draw.palette import BLUE, INK, MUTED_TEXT, VERMILLION
+
+__all__ = ["Control", "javascript", "figure_html", "palette_css"]
 
 VIEW_MIMETYPE = "application/vnd.jupyter.widget-view+json"
 
@@ -51,6 +59,12 @@ def javascript(name: str, constants: dict) -> str:
         _read("common.js"),
         _read(name),
     ])
+
+
+def palette_css() -> str:
+    """The palette's colours that ``js/controls.css`` uses, as CSS variables of every control."""
+    variables = {"ink": INK, "muted": MUTED_TEXT, "accent": BLUE, "warning": VERMILLION}
+    return ".ddp-control {\n" + "".join(f"  --ddp-{name}: {colour};\n" for name, colour in variables.items()) + "}\n"
 
 
 def figure_html(figure, *, alt: str, dpi: int = 80) -> str:
@@ -69,7 +83,7 @@ class Control(anywidget.AnyWidget):
     implements :meth:`static_html`, the picture of its current state.
     """
 
-    _css = _read("controls.css")
+    _css = palette_css() + _read("controls.css")
 
     def static_html(self) -> str:  # pragma: no cover - every control defines it
         raise NotImplementedError

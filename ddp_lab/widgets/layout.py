@@ -27,6 +27,7 @@ import html
 
 import traitlets
 
+from ddp_lab.draw.palette import INK, OKABE_ITO, PANEL
 from ddp_lab.topology import Topology
 
 from .control import Control, figure_html, javascript
@@ -37,12 +38,6 @@ MAX_NODES = 4
 MAX_GPUS_PER_NODE = 8
 
 
-def _palette() -> list[str]:
-    from ddp_lab.draw.layout import OKABE_ITO  # matplotlib: imported only when a control is made
-
-    return list(OKABE_ITO)
-
-
 class LayoutExplorer(Control):
     """The layout explorer of Chapter 2 (``book/part1_foundations/02_nodes_and_ranks``)."""
 
@@ -51,7 +46,8 @@ class LayoutExplorer(Control):
     gpus_per_process = traitlets.Int(1, min=1, max=MAX_GPUS_PER_NODE).tag(sync=True)
 
     _esm = javascript("layout.js", {
-        "palette": _palette(),
+        "palette": list(OKABE_ITO),  # a process's colour, by its local rank, as ddp_lab.draw.layout colours it
+        "node_colours": {"fill": PANEL, "title": INK},
         "max_nodes": MAX_NODES,
         "max_gpus_per_node": MAX_GPUS_PER_NODE,
     })

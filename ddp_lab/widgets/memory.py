@@ -20,6 +20,7 @@ import html
 
 import traitlets
 
+from ddp_lab.draw.palette import VERMILLION
 from ddp_lab.memory import OPTIMIZERS, PRECISIONS, STAGES, bytes_per_parameter, memory_per_rank
 
 from .control import Control, figure_html, javascript
@@ -57,7 +58,7 @@ def _constants() -> dict:
         "capacity_range": list(CAPACITY_RANGE),
         "state_colours": STATE_COLOURS,
         "state_labels": STATE_LABELS,
-        "capacity_colour": "#D55E00",
+        "capacity_colour": VERMILLION,
     }
 
 

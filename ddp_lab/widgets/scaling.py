@@ -4,12 +4,12 @@ The reader picks a model size, a cluster (GPUs per node, nodes, the link
 inside a node, the network card and how many of them per node), a GPU and
 the share of its peak it reaches, the tokens each GPU processes per step,
 the gradients' precision and the all-reduce (flat ring or hierarchical).
-The control shows what :mod:`ddp_lab.scaling` answers:
+The control shows what :mod:`ddp_lab.cost.scaling` answers:
 
 * the compute of one step (``6 P T / (F x utilisation)``), the all-reduce
   of the gradients, the step with and without overlap, the scaling
   efficiency of each, and the tokens per GPU whose backward pass hides the
-  all-reduce (:func:`ddp_lab.scaling.tokens_to_hide`);
+  all-reduce (:func:`ddp_lab.cost.scaling.tokens_to_hide`);
 * a picture of one step, compute then all-reduce (no overlap) and the
   all-reduce beside the backward pass (overlap), with what sticks out
   shaded;
@@ -20,7 +20,7 @@ The network: a flat ring leaves each node through all its cards at once
 (NCCL runs a ring per card), so a node sends at ``cards x`` one card's
 bandwidth; the hierarchical all-reduce of Chapter 12 sends through one
 leader per node, hence one card. Links and GPUs come from
-:data:`ddp_lab.links.LINKS` and :data:`ddp_lab.scaling.GPUS`, with their
+:data:`ddp_lab.cost.links.LINKS` and :data:`ddp_lab.cost.scaling.GPUS`, with their
 sources. The JavaScript repeats the formulas; ``tests/test_widgets_js.py``
 checks them against Python on a grid. In a kernel, ``control.result`` is
 Python's answer for the setting on screen.
@@ -36,11 +36,12 @@ import html
 
 import traitlets
 
-from ddp_lab import scaling
+from ddp_lab.cost import scaling
+from ddp_lab.cost.links import LINKS, Link
 from ddp_lab.draw.memory import describe_parameters
-from ddp_lab.links import LINKS, Link
+from ddp_lab.draw.palette import BLUE, GREEN, SKY_BLUE, VERMILLION
+from ddp_lab.units import format_seconds
 
-from .allreduce_cost import format_seconds
 from .control import Control, figure_html, javascript
 
 __all__ = ["ScalingModel", "scaling_model", "NODES", "GPUS_PER_NODE", "TOKENS", "UTILISATIONS",
@@ -55,16 +56,16 @@ MAX_CARDS = 8
 INTRA_LINKS = tuple(key for key, link in LINKS.items() if link.where == "inside a node")
 INTER_LINKS = tuple(key for key, link in LINKS.items() if link.where == "between nodes")
 ALGORITHMS = ("flat", "hierarchical")
-COLOURS = {"forward": "#56B4E9", "backward": "#009E73", "comm": "#0072B2", "exposed": "#D55E00"}
+COLOURS = {"forward": SKY_BLUE, "backward": GREEN, "comm": BLUE, "exposed": VERMILLION}
 
 
 def scaling_model(parameters: float, gpus_per_node: int, nodes: int, intra: str, inter: str, cards: int,
                   tokens_per_gpu: float, gpu: str, utilisation: float, algorithm: str,
                   bytes_per_gradient: int) -> dict:
-    """Python's answer for one setting of the control, from :mod:`ddp_lab.scaling`.
+    """Python's answer for one setting of the control, from :mod:`ddp_lab.cost.scaling`.
 
-    ``intra`` and ``inter`` are keys of :data:`ddp_lab.links.LINKS`, ``gpu``
-    of :data:`ddp_lab.scaling.GPUS`; ``cards`` network cards per node (a flat
+    ``intra`` and ``inter`` are keys of :data:`ddp_lab.cost.links.LINKS`, ``gpu``
+    of :data:`ddp_lab.cost.scaling.GPUS`; ``cards`` network cards per node (a flat
     ring uses them all, the hierarchical all-reduce's leader one).
     """
     flops = scaling.GPUS[gpu].flops
@@ -176,9 +177,10 @@ class ScalingModel(Control):
         ax.grid(color="0.9", which="both")
         ax.legend(frameon=False, loc="lower left")
         title = self.title()
-        rows = [("compute", format_seconds(now["compute"])), ("all-reduce", format_seconds(now["all_reduce"])),
-                ("step, no overlap", format_seconds(now["step_serial"])),
-                ("step, overlap", format_seconds(now["step_overlapped"])),
+        rows = [("compute", format_seconds(now["compute"], "text")),
+                ("all-reduce", format_seconds(now["all_reduce"], "text")),
+                ("step, no overlap", format_seconds(now["step_serial"], "text")),
+                ("step, overlap", format_seconds(now["step_overlapped"], "text")),
                 ("efficiency, no overlap", f"{now['efficiency_serial']:.1%}"),
                 ("efficiency, overlap", f"{now['efficiency_overlapped']:.1%}"),
                 ("tokens per GPU that hide the all-reduce", f"{now['tokens_to_hide']:,.0f}")]

@@ -1,6 +1,6 @@
 // allreduce_cost.js: Chapter 6's ring against naive all-reduce (ddp_lab/widgets/allreduce_cost.py).
 //
-// The alpha-beta model of ddp_lab/cost.py: with W ranks, a tensor of n bytes,
+// The alpha-beta model of ddp_lab/cost/alpha_beta.py: with W ranks, a tensor of n bytes,
 // latency α and bandwidth β,
 //   naive (rank 0 as a hub): 2(W-1)·α + 2(W-1)·n/β    (naive_all_reduce_time)
 //   ring:                    2(W-1)·α + 2(W-1)/W·n/β  (collective_time("all_reduce", ...))
@@ -44,16 +44,9 @@ function drawCurves(model) {
   const y = scale("log", [10 ** Math.floor(Math.log10(lo)), 10 ** Math.ceil(Math.log10(hi))], [height - bottom, top]);
   const picture = svg("svg", {width, height, viewBox: `0 0 ${width} ${height}`, role: "img", class: "ddp-cost-curves",
                               "aria-label": "all-reduce time against the world size, ring and naive"});
-  for (const tick of y.ticks) {
-    picture.append(svg("line", {x1: left, x2: width - right, y1: y(tick), y2: y(tick), stroke: "#e6e6e6"}),
-                   svg("text", {x: left - 6, y: y(tick), "text-anchor": "end", "dominant-baseline": "central",
-                                "font-size": 11, fill: "#444"}, formatSeconds(tick)));
-  }
-  for (const w of [2, 4, 8, 16, 32, 64].filter((w) => w <= PY.max_world_size)) {
-    picture.append(svg("line", {x1: x(w), x2: x(w), y1: top, y2: height - bottom, stroke: "#eeeeee"}),
-                   svg("text", {x: x(w), y: height - bottom + 15, "text-anchor": "middle", "font-size": 11,
-                                fill: "#444"}, String(w)));
-  }
+  yGrid(picture, y, y.ticks, formatSeconds, {left, right: width - right, stroke: "#e6e6e6"});
+  xGrid(picture, x, [2, 4, 8, 16, 32, 64].filter((w) => w <= PY.max_world_size), String,
+        {top, bottom: height - bottom, stroke: "#eeeeee"});
   picture.append(svg("text", {x: (left + width - right) / 2, y: height - 8, "text-anchor": "middle",
                               "font-size": 12, fill: "#333"}, "world size W (ranks)"));
   const path = (values) => values.map((v, i) => `${i ? "L" : "M"}${x(worlds[i]).toFixed(2)},${y(v).toFixed(2)}`).join("");

@@ -72,7 +72,7 @@ function drawTimeline(schedule, backwardSeconds) {
   }
   if (total > backwardSeconds) {
     picture.append(svg("rect", {x: x(backwardSeconds), y: 6, width: x(total) - x(backwardSeconds), height: 66,
-                                fill: "rgba(213,94,0,0.12)", stroke: "none"}));
+                                fill: tint(PY.colours.exposed, 0.12), stroke: "none"}));
   }
   if (x(backwardSeconds) - x(0) >= 100) {
     picture.append(svg("text", {x: x(0), y: 86, "font-size": 11, fill: "#444"}, "0"));
@@ -98,18 +98,13 @@ function drawCurve(args, sizes, current) {
                   [height - bottom, top]);
   const picture = svg("svg", {width, height, viewBox: `0 0 ${width} ${height}`, role: "img", class: "ddp-bucket-curve",
                               "aria-label": "time of the backward pass against the bucket size"});
-  for (const tick of y.ticks) {
-    picture.append(svg("line", {x1: left, x2: width - right, y1: y(tick), y2: y(tick), stroke: "#eee"}),
-                   svg("text", {x: left - 6, y: y(tick), "text-anchor": "end", "dominant-baseline": "central",
-                                "font-size": 11, fill: "#444"}, formatSeconds(tick)));
-  }
+  yGrid(picture, y, y.ticks, formatSeconds, {left, right: width - right, stroke: "#eee"});
   const [first, last] = [usable[0], usable[usable.length - 1]];
+  const sizeTicks = [];
   for (let mib = 0.25; mib * 2 ** 20 <= last * 1.0001; mib *= 4) {
-    if (mib * 2 ** 20 < first * 0.9999) continue;
-    picture.append(svg("line", {x1: x(mib * 2 ** 20), x2: x(mib * 2 ** 20), y1: top, y2: height - bottom, stroke: "#eee"}),
-                   svg("text", {x: x(mib * 2 ** 20), y: height - bottom + 15, "text-anchor": "middle", "font-size": 11,
-                                fill: "#444"}, formatMiB(mib * 2 ** 20)));
+    if (mib * 2 ** 20 >= first * 0.9999) sizeTicks.push(mib * 2 ** 20);
   }
+  xGrid(picture, x, sizeTicks, formatMiB, {top, bottom: height - bottom, stroke: "#eee"});
   const ddpDefault = 25 * 2 ** 20;  // DDP's bucket_cap_mb default
   if (ddpDefault >= first && ddpDefault <= last) {
     picture.append(svg("line", {x1: x(ddpDefault), x2: x(ddpDefault), y1: top, y2: height - bottom, stroke: "#999",
@@ -182,7 +177,8 @@ function render({model, el}) {
       drawCurve(args, PY.bucket_sizes, args[1]),
       html("div", {class: "ddp-legend"}, swatch(PY.colours.compute, "gradients computed", {fill: tint(PY.colours.compute, 0.55)}),
            swatch(PY.colours.comm, "buckets all-reduced, one after the other"),
-           swatch("#D55E00", "communication left after the backward pass", {fill: "rgba(213,94,0,0.12)"})));
+           swatch(PY.colours.exposed, "communication left after the backward pass",
+                  {fill: tint(PY.colours.exposed, 0.12)})));
   }
 
   for (const name of NAMES) model.on(`change:${name}`, redraw);

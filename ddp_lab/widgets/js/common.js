@@ -198,7 +198,7 @@ function formatFixed(x, decimals = 0, commas = true) {
   return (sign && /[1-9]/.test(text) ? sign : "") + text;
 }
 
-/** ddp_lab.widgets.allreduce_cost.format_seconds: "12.3 µs", "4.5 ms", "1.2 s"
+/** ddp_lab.units.format_seconds(seconds, "text"): "12.3 µs", "4.5 ms", "1.2 s"
  *  (the cost models of Chapters 6, 8 and 12). */
 function formatSeconds(seconds) {
   if (seconds < 1e-3) return `${formatG(seconds * 1e6, 3)} µs`;
@@ -242,6 +242,26 @@ function linearTicks(lo, hi, count = 5) {
   const ticks = [];
   for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-9 * span; v += step) ticks.push(Number(v.toPrecision(12)));
   return ticks;
+}
+
+/** Horizontal grid lines at `ticks` of the axis `y`, from `left` to `right`,
+ *  each labelled on the left with `label(tick)`. */
+function yGrid(picture, y, ticks, label, {left, right, stroke}) {
+  for (const tick of ticks) {
+    picture.append(svg("line", {x1: left, x2: right, y1: y(tick), y2: y(tick), stroke}),
+                   svg("text", {x: left - 6, y: y(tick), "text-anchor": "end", "dominant-baseline": "central",
+                                "font-size": 11, fill: "#444"}, label(tick)));
+  }
+}
+
+/** Vertical grid lines at `ticks` of the axis `x`, from `top` to `bottom`,
+ *  each labelled `gap` pixels under the axis with `label(tick)`. */
+function xGrid(picture, x, ticks, label, {top, bottom, stroke, gap = 15}) {
+  for (const tick of ticks) {
+    picture.append(svg("line", {x1: x(tick), x2: x(tick), y1: top, y2: bottom, stroke}),
+                   svg("text", {x: x(tick), y: bottom + gap, "text-anchor": "middle", "font-size": 11,
+                                fill: "#444"}, label(tick)));
+  }
 }
 
 /** Colour with transparency, for fills: "#E69F00" -> "rgba(230,159,0,0.4)". */

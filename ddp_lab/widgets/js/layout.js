@@ -104,9 +104,9 @@ function drawLayout(layout) {
 function drawNode(layout, node, left, top, width) {
   const group = svg("g", {class: "ddp-node", "data-node": node});
   group.append(svg("rect", {x: left, y: top, width, height: NODE_HEIGHT, rx: 0.12,
-                            fill: "#f4f4f4", stroke: "#4d4d4d", "stroke-width": 0.02}));
+                            fill: PY.node_colours.fill, stroke: "#4d4d4d", "stroke-width": 0.02}));
   group.append(svg("text", {x: left + PAD, y: top + PAD / 2 + TITLE_LINE / 2, "font-size": 0.22,
-                            "font-weight": "bold", fill: "#222", "dominant-baseline": "central"},
+                            "font-weight": "bold", fill: PY.node_colours.title, "dominant-baseline": "central"},
                    `node ${node}`));
   const processTop = top + PAD / 2 + TITLE_LINE;
   const processBottom = top + NODE_HEIGHT - PAD;

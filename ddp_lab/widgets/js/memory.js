@@ -39,12 +39,8 @@ function drawBars(rows, capacityGb) {
   const picture = svg("svg", {width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
                               class: "ddp-memory-bars",
                               "aria-label": "memory per rank for the model states, by stage"});
-  for (const tick of x.ticks) {
-    picture.append(svg("line", {x1: x(tick), x2: x(tick), y1: top - 6, y2: height - bottom,
-                                stroke: "#e6e6e6"}),
-                   svg("text", {x: x(tick), y: height - bottom + 14, "text-anchor": "middle",
-                                "font-size": 11, fill: "#444"}, formatG(tick, 6)));
-  }
+  xGrid(picture, x, x.ticks, (tick) => formatG(tick, 6),
+        {top: top - 6, bottom: height - bottom, stroke: "#e6e6e6", gap: 14});
   picture.append(svg("text", {x: (left + width - right) / 2, y: height - 6, "text-anchor": "middle",
                               "font-size": 12, fill: "#333"}, "memory per rank for the model states (GB)"));
   rows.forEach((row, i) => {

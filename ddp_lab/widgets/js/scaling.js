@@ -1,7 +1,7 @@
 // scaling.js: Chapter 12's scaling model (ddp_lab/widgets/scaling.py).
 //
-// The formulas of ddp_lab/scaling.py, each named after the Python function it
-// repeats, with the cost of a ring collective from ddp_lab/cost.py:
+// The formulas of ddp_lab/cost/scaling.py, each named after the Python function it
+// repeats, with the cost of a ring collective from ddp_lab/cost/alpha_beta.py:
 //   compute        6 P T / (F · utilisation)                      compute_seconds
 //   flat ring      2(W-1)·α + 2(W-1)/W · n/β, at the slowest link  flat_all_reduce_seconds
 //   hierarchical   reduce + broadcast in the node (G-1 steps, n bytes each),
@@ -21,12 +21,12 @@ function collectiveTime(collective, nbytes, worldSize, latency, bandwidth) {
   return steps * latency + (nbytes * factor) / bandwidth;
 }
 
-/** ddp_lab.scaling.compute_seconds. */
+/** ddp_lab.cost.scaling.compute_seconds. */
 function computeSeconds(parameters, tokens, flops, utilisation) {
   return (6 * parameters * tokens) / (flops * utilisation);
 }
 
-/** ddp_lab.scaling.flat_all_reduce_seconds (ddp_lab.links.allreduce_seconds): the
+/** ddp_lab.cost.scaling.flat_all_reduce_seconds (ddp_lab.cost.links.allreduce_seconds): the
  *  ring over all ranks runs at the network's pace as soon as it leaves a node.
  *  Links are {bandwidth, latency}. */
 function flatAllReduceSeconds(nbytes, nodes, ranksPerNode, intra, inter) {
@@ -34,7 +34,7 @@ function flatAllReduceSeconds(nbytes, nodes, ranksPerNode, intra, inter) {
   return collectiveTime("all_reduce", nbytes, nodes * ranksPerNode, link.latency, link.bandwidth);
 }
 
-/** ddp_lab.scaling.hierarchical_all_reduce_seconds. */
+/** ddp_lab.cost.scaling.hierarchical_all_reduce_seconds. */
 function hierarchicalAllReduceSeconds(nbytes, nodes, ranksPerNode, intra, inter) {
   let seconds = 0.0;
   if (ranksPerNode > 1) {
@@ -46,19 +46,19 @@ function hierarchicalAllReduceSeconds(nbytes, nodes, ranksPerNode, intra, inter)
   return seconds;
 }
 
-/** ddp_lab.scaling.step_seconds. */
+/** ddp_lab.cost.scaling.step_seconds. */
 function stepSeconds(compute, allReduce, overlap = true) {
   if (!overlap) return compute + allReduce;
   const backward = PY.backward_share * compute;
   return compute - backward + Math.max(backward, allReduce);
 }
 
-/** ddp_lab.scaling.scaling_efficiency. */
+/** ddp_lab.cost.scaling.scaling_efficiency. */
 function scalingEfficiency(compute, step) {
   return compute / step;
 }
 
-/** ddp_lab.scaling.tokens_to_hide. */
+/** ddp_lab.cost.scaling.tokens_to_hide. */
 function tokensToHide(parameters, allReduce, flops, utilisation) {
   return (allReduce * flops * utilisation) / (4 * parameters);
 }
@@ -151,16 +151,9 @@ function drawCurve(args) {
   const y = scale("linear", [0, 1.05], [height - bottom, top]);
   const picture = svg("svg", {width, height, viewBox: `0 0 ${width} ${height}`, role: "img", class: "ddp-scaling-curve",
                               "aria-label": "scaling efficiency against the number of GPUs"});
-  for (const tick of [0, 0.25, 0.5, 0.75, 1]) {
-    picture.append(svg("line", {x1: left, x2: width - right, y1: y(tick), y2: y(tick), stroke: "#e6e6e6"}),
-                   svg("text", {x: left - 6, y: y(tick), "text-anchor": "end", "dominant-baseline": "central",
-                                "font-size": 11, fill: "#444"}, `${tick * 100}%`));
-  }
-  for (const [gpus] of points) {
-    picture.append(svg("line", {x1: x(gpus), x2: x(gpus), y1: top, y2: height - bottom, stroke: "#eeeeee"}),
-                   svg("text", {x: x(gpus), y: height - bottom + 15, "text-anchor": "middle", "font-size": 11,
-                                fill: "#444"}, String(gpus)));
-  }
+  yGrid(picture, y, [0, 0.25, 0.5, 0.75, 1], (tick) => `${tick * 100}%`,
+        {left, right: width - right, stroke: "#e6e6e6"});
+  xGrid(picture, x, points.map(([gpus]) => gpus), String, {top, bottom: height - bottom, stroke: "#eeeeee"});
   picture.append(svg("text", {x: (left + width - right) / 2, y: height - 8, "text-anchor": "middle", "font-size": 12,
                               fill: "#333"}, `GPUs (nodes of ${gpusPerNode})`));
   const path = (i) => points.map((p, k) => `${k ? "L" : "M"}${x(p[0]).toFixed(2)},${y(p[i]).toFixed(2)}`).join("");

@@ -1,5 +1,8 @@
 """The book's GPU measurements on its pages: results files of ``python -m ddp_lab.gpu_check``, as text and a plot.
 
+The other half of :mod:`ddp_lab.gpu_check.results`: that module writes and
+reads the files, this one says what they hold.
+
 Chapters 5, 6, 9 and 14 are built on machines without a GPU. What they show
 of GPUs comes from the results files committed in
 ``book/part4_running/gpu_results/``, each naming the machine it was measured

@@ -1,7 +1,7 @@
 """What the links of a cluster cost: typical figures, and a ring all-reduce over nodes (Chapter 12).
 
 :func:`allreduce_seconds` applies the ring all-reduce cost model of
-:mod:`ddp_lab.cost` to a job laid out over nodes: a ring runs at the speed
+:mod:`ddp_lab.cost.alpha_beta` to a job laid out over nodes: a ring runs at the speed
 of its slowest link, and as soon as a job spans two machines, that link is
 the network between them. Arithmetic only: nothing here starts a process or
 imports torch.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.cost import collective_time
+from ddp_lab.cost.alpha_beta import collective_time
 from ddp_lab.validate import check_positive_int
 
 __all__ = ["Link", "LINKS", "allreduce_seconds"]
@@ -40,7 +40,7 @@ class Link:
 # The book's one table of link speeds: Chapter 1 teaches it, Chapter 12, the
 # scaling model and its control (ddp_lab.widgets.scaling) use it; NVLink 1 and
 # 40/50 Gb/s Ethernet are the hardware of the published results that
-# Chapter 12 compares the model with (ddp_lab.published_scaling).
+# Chapter 12 compares the model with (ddp_lab.cost.published_scaling).
 # Bandwidths are the vendors' rated figures, one direction (vendors quote
 # NVLink and PCIe for both directions together: halved here). Real transfers
 # reach somewhat less. Latencies are the per-step latency NCCL's own tuning
@@ -81,7 +81,7 @@ def allreduce_seconds(nbytes: float, nodes: int, gpus_per_node: int, *, intra: L
     A flat ring visits every GPU; all of them send at once, so the whole ring
     moves at the speed of its slowest hop: ``intra`` on one node, ``inter``
     (the network) as soon as the ring leaves a node. Each rank sends
-    2(W-1)/W x nbytes in 2(W-1) steps (:func:`ddp_lab.cost.collective_time`).
+    2(W-1)/W x nbytes in 2(W-1) steps (:func:`ddp_lab.cost.alpha_beta.collective_time`).
     Real libraries do better with several rings and NICs, but the slowest
     link still sets the pace.
     """

@@ -1,6 +1,6 @@
 """Published data-parallel scaling results, and what the cost model predicts for them (Chapter 12).
 
-Chapter 12's cost model (:mod:`ddp_lab.scaling`) is calibrated twice: on the
+Chapter 12's cost model (:mod:`ddp_lab.cost.scaling`) is calibrated twice: on the
 namespace cluster, and here, on measurements that others published. Each
 :class:`PublishedRun` is one such measurement, written down with everything
 the model needs and where each figure is printed:
@@ -11,7 +11,7 @@ the model needs and where each figure is printed:
   a factor nobody measured;
 * the **all-reduce** is the model's, fed the gradients' bytes (parameters x
   4: these runs trained in fp32) and the links the authors describe, from
-  :data:`ddp_lab.links.LINKS`;
+  :data:`ddp_lab.cost.links.LINKS`;
 * the **efficiency** is the published one: throughput on W GPUs over W times
   the baseline's throughput per GPU (one GPU, or one server of 8 for
   Goyal et al.).

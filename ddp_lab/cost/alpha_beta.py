@@ -28,7 +28,8 @@ multiplies algbw by the ring's factor (``bus_factor``): it is the speed each
 link actually ran at, so it can be compared with the hardware's link speed and
 across world sizes. This is the convention of nccl-tests.
 
-Used in Chapters 4 and 5, by the benchmarks, and by ``ddp_lab.links`` (Chapter 12).
+Used in Chapters 4 and 5, by the benchmarks, and by ``ddp_lab.cost.links`` and
+``ddp_lab.cost.scaling`` (Chapter 12); ``ddp_lab.cost`` exports every name of it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ from __future__ import annotations
 import math
 
 from ddp_lab.validate import check_positive_int
+
+__all__ = ["COLLECTIVES", "transfer_time", "bus_factor", "ring_steps", "bytes_sent_per_rank", "collective_time",
+           "algbw", "busbw", "fit_latency_bandwidth", "naive_all_reduce_time", "bucket_schedule",
+           "bucketed_backward_time"]
 
 COLLECTIVES = (
     "all_reduce",

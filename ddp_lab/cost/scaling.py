@@ -8,8 +8,8 @@ gradient all-reduce the backward pass did not hide:
   pass, 4 for the backward), so ``compute = 6 P T / F`` for ``T`` tokens per
   rank at ``F`` FLOP/s; or measured;
 * **all-reduce** of the gradients (``P x bytes per gradient``): the alpha-beta
-  model of Chapter 5 (:mod:`ddp_lab.cost`), a ring at the speed of its
-  slowest link (:func:`ddp_lab.links.allreduce_seconds`), or hierarchical
+  model of Chapter 5 (:mod:`ddp_lab.cost.alpha_beta`), a ring at the speed of its
+  slowest link (:func:`ddp_lab.cost.links.allreduce_seconds`), or hierarchical
   (reduce in the node, all-reduce between node leaders, broadcast in the
   node; :func:`hierarchical_all_reduce_seconds`);
 * **overlap** (Chapter 8): DDP sends buckets while the backward pass goes
@@ -23,8 +23,8 @@ is as long as the all-reduce (:func:`tokens_to_hide`).
 
 Pure arithmetic: no torch, nothing measured here. The chapter calibrates it
 twice, with latency and bandwidth measured on the namespace cluster, and
-with published hardware figures (:data:`GPUS`, :data:`ddp_lab.links.LINKS`)
-against published scaling results (:mod:`ddp_lab.published_scaling`); the
+with published hardware figures (:data:`GPUS`, :data:`ddp_lab.cost.links.LINKS`)
+against published scaling results (:mod:`ddp_lab.cost.published_scaling`); the
 control :class:`ddp_lab.widgets.scaling.ScalingModel` lets the reader move
 every input.
 """
@@ -34,7 +34,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
-from .cost import collective_time
+from .alpha_beta import collective_time
 from .links import Link, allreduce_seconds
 
 __all__ = ["GPU", "GPUS", "BACKWARD_SHARE", "compute_seconds", "flat_all_reduce_seconds",
