@@ -23,6 +23,7 @@ import numbers
 
 import torch
 from torch.utils.data import TensorDataset
+
 from ddp_lab.validate import check_positive_int
 
 __all__ = ["spirals", "split", "global_batches"]

@@ -19,6 +19,7 @@ Used in Chapters 2 and 14 and in Lab 1.
 from __future__ import annotations
 
 import torch
+
 from ddp_lab.validate import is_int
 
 __all__ = ["devices_for", "device_for"]

@@ -32,6 +32,7 @@ Process(global_rank=3, local_rank=1, node=1, gpus=(2, 3))
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from ddp_lab.validate import is_int
 
 __all__ = ["Process", "Topology", "divisors"]

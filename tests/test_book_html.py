@@ -22,7 +22,6 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-
 from widget_pages import CHROMIUM, LOCAL_HOSTS, exercise_controls, serve
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,9 +7,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import ddp_lab
-from ddp_lab.data_parallel.by_hand import (average_gradients, broadcast_parameters, data_parallel_step,
-                             replica_spread, sgd_step, shard)
 from ddp_lab.data import global_batches, spirals
+from ddp_lab.data_parallel.by_hand import (
+    average_gradients,
+    broadcast_parameters,
+    data_parallel_step,
+    replica_spread,
+    sgd_step,
+    shard,
+)
 from ddp_lab.models import flat_parameters, mlp
 
 STEPS, BATCH, LR = 8, 48, 0.2

@@ -10,11 +10,20 @@ import torch.distributed as dist
 
 import ddp_lab
 from ddp_lab.checks.debugging import BUGS, check_diagnosis, check_fix, run_lab_script
-from ddp_lab.debugging import (RankTimes, WaitComputeTimer, compare_replicas, dump_flight_record, find_straggler,
-                               fr_analyser, read_flight_records, records_side_by_side, stack_lines,
-                               stacks_of_hung_job, tensor_checksum)
 from ddp_lab.cluster.scripts import book_script
-
+from ddp_lab.debugging import (
+    RankTimes,
+    WaitComputeTimer,
+    compare_replicas,
+    dump_flight_record,
+    find_straggler,
+    fr_analyser,
+    read_flight_records,
+    records_side_by_side,
+    stack_lines,
+    stacks_of_hung_job,
+    tensor_checksum,
+)
 
 # ---- checksums and replicas -------------------------------------------------------------
 

@@ -11,9 +11,16 @@ from matplotlib.colors import to_hex
 from matplotlib.patches import Rectangle
 
 import ddp_lab
-from ddp_lab.draw.collectives import (COMBINED, SHARED, cell_origin, draw_collective,
-                                      format_value, rank_colour, value_origins)
 from ddp_lab.collectives.before_after import CollectiveRecord, record
+from ddp_lab.draw.collectives import (
+    COMBINED,
+    SHARED,
+    cell_origin,
+    draw_collective,
+    format_value,
+    rank_colour,
+    value_origins,
+)
 
 
 def all_gather_recorded():

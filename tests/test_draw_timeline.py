@@ -6,8 +6,8 @@ import matplotlib
 import pytest
 from matplotlib.patches import Rectangle
 
-from ddp_lab.draw.timeline import BUCKET_COLOURS, draw_timeline, draw_timelines
 from ddp_lab.data_parallel.overlap_timeline import BackwardTimeline, Interval
+from ddp_lab.draw.timeline import BUCKET_COLOURS, draw_timeline, draw_timelines
 
 matplotlib.use("Agg")
 

@@ -21,16 +21,25 @@ from jsonschema import Draft202012Validator
 
 from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.cost import bus_factor
-from ddp_lab.gpu_check.report import (draw_all_reduce_busbw, gpu_results_text, measured_on, no_results_message,
-                                      report)
 from ddp_lab.gpu_check import chapter14, launches, machine
 from ddp_lab.gpu_check.__main__ import NO_CUDA, main
 from ddp_lab.gpu_check.allreduce import all_reduce_measurement, measure_all_reduce
 from ddp_lab.gpu_check.checklist import CHECKS, check_named
-from ddp_lab.gpu_check.results import (RESULTS_DIR, RESULTS_FOLDER, SCHEMA, assemble, load, record,
-                                       results_filename, stored_results, validate, write)
-from ddp_lab.units import spread
+from ddp_lab.gpu_check.report import draw_all_reduce_busbw, gpu_results_text, measured_on, no_results_message, report
+from ddp_lab.gpu_check.results import (
+    RESULTS_DIR,
+    RESULTS_FOLDER,
+    SCHEMA,
+    assemble,
+    load,
+    record,
+    results_filename,
+    stored_results,
+    validate,
+    write,
+)
 from ddp_lab.gpu_check.runner import Check, CheckFailed, Finding, Options, run_check, run_checks
+from ddp_lab.units import spread
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()

@@ -290,3 +290,19 @@ def test_nccl_all_reduce_on_two_gpus():
         return dist.get_backend(), str(t.device), t.item()
 
     assert ddp_lab.launch(on_gpu, 2, backend="nccl") == [("nccl", "cuda:0", 3.0), ("nccl", "cuda:1", 3.0)]
+
+
+def _socket_interface():
+    return os.environ.get("GLOO_SOCKET_IFNAME")
+
+
+def test_ranks_stay_on_loopback_whatever_the_shell_set(monkeypatch, capsys):
+    # Issue 35, item 2: an inherited GLOO_SOCKET_IFNAME (meant for a cluster's
+    # network card) made the ranks listen there. The name here exists nowhere,
+    # so the old code failed to start the group; no traffic leaves loopback.
+    from ddp_lab.host import loopback_interface
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ddp-no-such-if")
+    assert ddp_lab.launch(_socket_interface, 2) == [loopback_interface()] * 2
+    out = capsys.readouterr().out
+    assert "GLOO_SOCKET_IFNAME='ddp-no-such-if' in the environment is not used" in out

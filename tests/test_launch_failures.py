@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from rank_census import rank_processes, wait_until_no_ranks
 
 import ddp_lab
-from rank_census import rank_processes, wait_until_no_ranks
 
 
 def test_an_exception_names_the_rank_and_carries_its_traceback():

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from ddp_lab.launcher.config import LaunchConfig
 from ddp_lab.launcher.output import RankOutput, render_by_rank
-from ddp_lab.launcher.worker_env import torchrun_environment, worker_environment
 from ddp_lab.launcher.where_stuck import describe_where
+from ddp_lab.launcher.worker_env import torchrun_environment, worker_environment
 
 
 def test_torchrun_environment_splits_ranks_over_nodes():
@@ -81,7 +81,7 @@ def test_auto_on_a_gpu_box_keeps_a_cpu_backend_in_the_group(monkeypatch):
     from ddp_lab.launcher import config
 
     monkeypatch.setattr(config, "cuda_device_count", lambda: 2)
-    monkeypatch.setattr(config, "_say_once", lambda message: None)
+    monkeypatch.setattr(config, "say_once", lambda message: None)
     chosen = config.choose_backend("auto", 2)
     devices = BackendConfig(Backend(chosen)).get_device_backend_map()
     assert devices == {"cpu": "gloo", "cuda": "nccl"}, devices

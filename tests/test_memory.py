@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import ddp_lab
+from ddp_lab.data_parallel.zero_fsdp import SIZES, STRATEGIES, train_and_measure
 from ddp_lab.memory import (
     STAGES,
     BytesPerParameter,
@@ -13,7 +14,6 @@ from ddp_lab.memory import (
     memory_per_rank,
     memory_table,
 )
-from ddp_lab.data_parallel.zero_fsdp import SIZES, STRATEGIES, train_and_measure
 from ddp_lab.models import mlp
 
 GB = 1e9

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,25 @@ def test_every_toc_entry_exists():
     missing = [f for f in sorted(toc_files())
                if not any((ROOT / f).with_suffix(s).exists() for s in (".md", ".ipynb"))]
     assert not missing, f"_toc.yml names files that do not exist: {missing}"
+
+
+# An absolute path of the machine that ran a notebook (its checkout, a
+# temporary folder, a home folder), or a frame of the launcher: a page must
+# show the reader's code and the same text on every machine.
+MACHINE_PATH = re.compile(r"(?<![\w.~<>-])/(?:tmp|home|root|work|Users|var/folders)/[\w.-]|"
+                          + re.escape(str(ROOT)) + r"|ddp_lab/launcher/")
+
+
+def output_texts(cell):
+    for output in cell.get("outputs", []):
+        yield "".join(output.get("text", ""))
+        yield "".join(output.get("data", {}).get("text/plain", ""))
+        yield "\n".join(output.get("traceback", []))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_no_output_shows_a_path_of_the_machine_or_a_launcher_frame(notebook):
+    cells = json.loads((ROOT / notebook).read_text())["cells"]
+    found = [(number, match.group(0)) for number, cell in enumerate(c for c in cells if c["cell_type"] == "code")
+             for text in output_texts(cell) for match in MACHINE_PATH.finditer(text)]
+    assert not found, f"{notebook}: outputs show machine paths or launcher frames (code cell, text): {found[:5]}"

@@ -71,8 +71,7 @@ def test_tensor_parallel_mlp_on_two_ranks_matches_the_whole_block():
 def test_pictures_draw():
     pytest.importorskip("matplotlib")
     from ddp_lab.draw.memory import draw_memory_cases, draw_memory_per_rank, draw_memory_vs_world_size
-    from ddp_lab.draw.parallelism import (draw_dataparallel_vs_ddp, draw_pipeline_schedules,
-                                          draw_tensor_parallel)
+    from ddp_lab.draw.parallelism import draw_dataparallel_vs_ddp, draw_pipeline_schedules, draw_tensor_parallel
     from ddp_lab.memory import memory_table
 
     fig = draw_memory_per_rank(memory_table(7.5e9, 64), capacity_gb=80)

@@ -6,8 +6,12 @@ import torch.distributed as dist
 
 import ddp_lab
 from ddp_lab import cost
-from ddp_lab.collectives.parameter_server import (Traffic, all_reduce_average, parameter_server_average,
-                                      parameter_server_traffic)
+from ddp_lab.collectives.parameter_server import (
+    Traffic,
+    all_reduce_average,
+    parameter_server_average,
+    parameter_server_traffic,
+)
 
 
 def both_averages(numel, root):

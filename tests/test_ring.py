@@ -7,10 +7,10 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.collectives.traced_all_reduce import run_traced_all_reduce
 from ddp_lab.collectives.naive import naive_all_reduce
 from ddp_lab.collectives.ring import ring_all_reduce
 from ddp_lab.collectives.step_trace import Trace
+from ddp_lab.collectives.traced_all_reduce import run_traced_all_reduce
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 

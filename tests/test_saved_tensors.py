@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ddp_lab.models import mlp
 from ddp_lab.activation_memory import saved_for_backward
+from ddp_lab.models import mlp
 
 WIDTHS = (16, 32, 24, 5)
 

@@ -15,9 +15,9 @@ import time
 import psutil
 import pytest
 import torch.distributed as dist
+from rank_census import rank_processes
 
 import ddp_lab
-from rank_census import rank_processes
 
 
 @contextlib.contextmanager

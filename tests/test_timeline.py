@@ -8,8 +8,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddp_lab
-from ddp_lab.models import mlp
 from ddp_lab.data_parallel.overlap_timeline import BackwardTimeline, Interval, TimelineRecorder, record_backward
+from ddp_lab.models import mlp
 
 WIDTHS = (256,) * 5 + (10,)  # fc1..fc4: 256 x 256 (about 0.25 MiB each), fc5: 256 x 10
 LAYERS = ["fc5", "fc4", "fc3", "fc2", "fc1"]

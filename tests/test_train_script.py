@@ -157,7 +157,8 @@ def test_the_restart_command_resumes_and_ends_bit_for_bit_like_the_uninterrupted
         assert torch.equal(expected["model"][name], got["model"][name]), name
     # The epochs after the restart print the same loss as the uninterrupted run.
     for epoch in (1, 2):
-        assert [l for l in lines if f"epoch {epoch}:" in l] == [l for l in plain.rank_lines() if f"epoch {epoch}:" in l]
+        assert ([line for line in lines if f"epoch {epoch}:" in line]
+                == [line for line in plain.rank_lines() if f"epoch {epoch}:" in line])
 
 
 def test_a_restartable_job_with_the_shared_store_gets_a_warning(tmp_path):

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 import ddp_lab
 from ddp_lab.data import spirals, split
-from ddp_lab.models import flat_parameters, mlp
 from ddp_lab.data_parallel.trainer import EpochMetrics, Trainer, reduce_sums
+from ddp_lab.models import flat_parameters, mlp
 
 EPOCHS = 4
 
@@ -93,3 +93,25 @@ def test_misuse_is_named():
 
     with pytest.raises(ddp_lab.RankFailed, match="batch_size must be a positive int, got 0"):
         ddp_lab.launch(bad_batch, 1, backend="gloo", threads=1)
+
+
+def _progress_only(checkpoint_dir):
+    train_set, validation_set = split(spirals(120, seed=0), 30)
+    Trainer(mlp(seed=0), train_set, validation_set, batch_size=16, epochs=2, log="progress").fit()
+
+
+def test_a_progress_log_prints_the_bar_without_float_digits(capfd):
+    ddp_lab.launch(_progress_only, 2, args=(None,))
+    out = capfd.readouterr().out
+    assert "epoch 2/2 [####################]" in out
+    assert "loss" not in out and "acc" not in out
+
+
+def _bad_log():
+    train_set, validation_set = split(spirals(120, seed=0), 30)
+    Trainer(mlp(seed=0), train_set, validation_set, log="metrics")
+
+
+def test_an_unknown_log_setting_is_refused_naming_it():
+    with pytest.raises(ddp_lab.RankFailed, match="log must be True, False or 'progress', got 'metrics'"):
+        ddp_lab.launch(_bad_log, 1)

@@ -11,11 +11,10 @@ import re
 import pytest
 import traitlets
 
-from ddp_lab.cost import bucket_schedule, collective_time, naive_all_reduce_time
+from ddp_lab.cost import bucket_schedule, collective_time, naive_all_reduce_time, scaling
+from ddp_lab.cost.links import LINKS
 from ddp_lab.memory import STAGES, memory_per_rank
 from ddp_lab.topology import Topology
-from ddp_lab.cost import scaling
-from ddp_lab.cost.links import LINKS
 from ddp_lab.widgets import AllReduceCost, BucketTradeoff, LayoutExplorer, MemoryCalculator, ScalingModel
 from ddp_lab.widgets.memory import _constants
 from ddp_lab.widgets.scaling import INTER_LINKS, INTRA_LINKS

@@ -24,20 +24,19 @@ from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
+from widget_pages import CHROMIUM, LOCAL_HOSTS, exercise_controls, serve, write_page
 
 from ddp_lab.cost import bucket_schedule, collective_time
-from ddp_lab.units import format_bytes, format_seconds
 from ddp_lab.draw.memory import describe_parameters
-from ddp_lab.units import format_gb as _gb
 from ddp_lab.memory import OPTIMIZERS, PRECISIONS, STAGES, memory_per_rank
 from ddp_lab.topology import Topology
+from ddp_lab.units import format_bytes, format_seconds
+from ddp_lab.units import format_gb as _gb
 from ddp_lab.widgets.allreduce_cost import MESSAGE_SIZES, AllReduceCost, all_reduce_times
 from ddp_lab.widgets.buckets import BUCKET_SIZES, GRADIENT_SIZES, BucketTradeoff, format_mib
 from ddp_lab.widgets.layout import LayoutExplorer
 from ddp_lab.widgets.memory import WORLD_SIZES, MemoryCalculator
 from ddp_lab.widgets.scaling import ScalingModel, scaling_model
-
-from widget_pages import CHROMIUM, LOCAL_HOSTS, exercise_controls, serve, write_page
 
 
 @pytest.fixture(autouse=True)

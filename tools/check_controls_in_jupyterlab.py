@@ -11,7 +11,14 @@ the moves must have reached the kernel (3 nodes x 4 GPUs, 2 GPUs per
 process: W = 6; ZeRO-3 only, 3 GB). Prints that line, the console errors and
 the blocked requests (both should be empty); a screenshot goes to the folder.
 """
-import json, socket, subprocess, sys, tempfile, time, urllib.request
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
 from playwright.sync_api import sync_playwright
 
 nb = {"cells": [
@@ -25,14 +32,17 @@ nb = {"cells": [
  "nbformat": 4, "nbformat_minor": 5}
 root = tempfile.mkdtemp(prefix="ddp-lab-jupyterlab-")
 json.dump(nb, open(f"{root}/check.ipynb", "w"))
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
 lab = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
                         "--IdentityProvider.token=t0k", "--allow-root", f"--ServerApp.root_dir={root}"],
                        stdout=subprocess.DEVNULL, stderr=open(f"{root}/lab.log", "w"))
 try:
     for _ in range(120):
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/api?token=t0k"); break
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api?token=t0k")
+            break
         except Exception:
             time.sleep(0.5)
     with sync_playwright() as p:
@@ -48,7 +58,8 @@ try:
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60000)
         page.locator(".jp-Cell").first.click()
         for _ in range(2):
-            page.keyboard.press("Shift+Enter"); time.sleep(0.3)
+            page.keyboard.press("Shift+Enter")
+            time.sleep(0.3)
         page.wait_for_selector(".ddp-layout-explorer", timeout=60000)
         page.wait_for_selector(".ddp-memory-calculator", timeout=60000)
         page.locator(".ddp-layout-explorer input[name=nodes]").fill("3")
@@ -68,4 +79,5 @@ try:
         print("console errors:", errors, "external:", external)
         b.close()
 finally:
-    lab.terminate(); lab.wait(timeout=20)
+    lab.terminate()
+    lab.wait(timeout=20)

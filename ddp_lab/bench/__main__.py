@@ -13,7 +13,6 @@ import sys
 
 from ddp_lab.bench import allreduce, collectives, launch_speed, training
 
-
 # These take their own options, --help included.
 FORWARDED = {"collectives": collectives.main, "training": training.main}
 

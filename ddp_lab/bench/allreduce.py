@@ -26,9 +26,9 @@ import torch.distributed as dist
 
 import ddp_lab
 from ddp_lab.bench.timing import collective_device, slowest_rank_seconds
-from ddp_lab.cost import bus_factor
 from ddp_lab.collectives.ring import ring_all_reduce
 from ddp_lab.collectives.step_trace import Trace
+from ddp_lab.cost import bus_factor
 from ddp_lab.units import format_bytes, format_rate, format_seconds
 
 IMPLEMENTATIONS = ("builtin", "ring", "ring+trace")

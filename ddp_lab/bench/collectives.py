@@ -43,8 +43,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ddp_lab.cost import algbw, bus_factor
 from ddp_lab.bench.timing import slowest_rank_seconds
+from ddp_lab.cost import algbw, bus_factor
 from ddp_lab.units import format_bytes, format_rate, format_seconds
 
 COLLECTIVES = ("send_recv", "broadcast", "reduce", "all_reduce", "scatter", "gather",

@@ -24,9 +24,9 @@ import torch.distributed as dist
 import torch.multiprocessing
 
 import ddp_lab
+from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.host import available_cores, free_port
 from ddp_lab.launcher.worker import leave_process_group
-from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.units import format_seconds
 
 CPU = torch.device("cpu")

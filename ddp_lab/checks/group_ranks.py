@@ -26,12 +26,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
-from ddp_lab.launcher.api import launch
-from ddp_lab.topology import Topology
 from ddp_lab.checks.devices import DEVICES_SIGNATURE, _as_devices, _explain_devices
 from ddp_lab.checks.ranks import RANKS_SIGNATURE, _explain_ranks, _rank_pair, _split_process
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
+from ddp_lab.launcher.api import launch
+from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
+from ddp_lab.topology import Topology
 
 __all__ = ["check_ranks_in_group"]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from ddp_lab.checks.result import CheckResult, Mistake
 from ddp_lab.memory import STAGES, bytes_per_parameter, memory_per_rank
-from ddp_lab.validate import is_number
 from ddp_lab.units import format_gb
+from ddp_lab.validate import is_number
 
 __all__ = ["check_memory_answer"]
 

@@ -25,6 +25,7 @@ from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.launcher import serialize
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
 
+
 def check_ring_all_reduce(fn, *, world_sizes=(2, 3, 4), seed=0, timeout=15):
     """Run ``fn`` on real ranks and explain what, if anything, is wrong."""
     mistake = signature_mistake(fn, 1, "my_ring_all_reduce(tensor)")

@@ -85,7 +85,7 @@ def check_torchrun_script(script, *, fail_at_step: int = 13, fail_rank: int = 1,
     to resume from. Raises ValueError for bad arguments (not for a wrong
     script: that is a failed check, with its reasons).
     """
-    script = Path(script)
+    script = Path(script).absolute()  # a relative name, resolved before any run changes folder
     if not script.is_file():
         raise ValueError(f"script must be the path of a Python file, got {str(script)!r} (no such file)")
     for name, value, minimum in (("fail_at_step", fail_at_step, 1), ("nproc_per_node", nproc_per_node, 2)):

@@ -47,6 +47,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+
 from ddp_lab.validate import check_positive_int
 
 __all__ = [

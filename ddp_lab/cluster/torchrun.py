@@ -124,7 +124,7 @@ def worker_stderr(stderr: str) -> list[str]:
     """stderr without torchrun's log lines (``W1122 02:24:27.438000 ...``) and closing report."""
     lines = stderr.splitlines()
     for i, line in enumerate(lines):
-        if line.startswith("Traceback") and any("torch/distributed/run.py" in l for l in lines[i:i + 6]):
+        if line.startswith("Traceback") and any("torch/distributed/run.py" in near for near in lines[i:i + 6]):
             lines = lines[:i]  # the agent's own traceback and report start here
             break
     return [line for line in lines if line.strip() and not AGENT_LOG.match(line)]

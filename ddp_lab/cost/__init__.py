@@ -25,9 +25,20 @@ by their module (``from ddp_lab.cost.links import LINKS``).
 1.5
 """
 
-from ddp_lab.cost.alpha_beta import (COLLECTIVES, algbw, bucket_schedule, bucketed_backward_time, bus_factor, busbw,
-                                     bytes_sent_per_rank, collective_time, fit_latency_bandwidth,
-                                     naive_all_reduce_time, ring_steps, transfer_time)
+from ddp_lab.cost.alpha_beta import (
+                                     COLLECTIVES,
+                                     algbw,
+                                     bucket_schedule,
+                                     bucketed_backward_time,
+                                     bus_factor,
+                                     busbw,
+                                     bytes_sent_per_rank,
+                                     collective_time,
+                                     fit_latency_bandwidth,
+                                     naive_all_reduce_time,
+                                     ring_steps,
+                                     transfer_time,
+)
 
 __all__ = ["COLLECTIVES", "transfer_time", "bus_factor", "ring_steps", "bytes_sent_per_rank", "collective_time",
            "algbw", "busbw", "fit_latency_bandwidth", "naive_all_reduce_time", "bucket_schedule",

@@ -43,6 +43,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler
+
 from ddp_lab.validate import check_positive_int
 
 __all__ = ["EpochMetrics", "Trainer", "reduce_sums"]
@@ -93,17 +94,23 @@ class Trainer:
         checkpoint_dir: where rank 0 writes ``checkpoint.pt`` after every
             ``save_every`` epochs; None: no checkpoints.
         seed: the sampler's shuffling seed.
-        log: print one line per epoch on rank 0.
+        log: print one line per epoch on rank 0: ``True``, the progress bar
+            and the epoch's metrics; ``"progress"``, the bar alone (Chapter
+            10: the metrics' last digits depend on the CPU's float path, so
+            a page that must print the same on every machine draws them
+            instead); ``False``, nothing.
     """
 
     def __init__(self, model: nn.Module, train_set, validation_set, *, batch_size: int = 32,
                  lr: float = 0.01, epochs: int = 10, checkpoint_dir=None, save_every: int = 1,
-                 seed: int = 0, log: bool = True):
+                 seed: int = 0, log: bool | str = True):
         if not dist.is_initialized():
             raise RuntimeError("Trainer needs an initialised process group: run it under "
                                "ddp_lab.launch or torchrun (dist.init_process_group first)")
         for name, value in (("batch_size", batch_size), ("epochs", epochs), ("save_every", save_every)):
             check_positive_int(name, value)
+        if not (log is True or log is False or log == "progress"):
+            raise ValueError(f"log must be True, False or 'progress', got {log!r}")
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = _device_of_this_rank()
         self.epochs, self.save_every, self.log_enabled = epochs, save_every, log
@@ -132,8 +139,8 @@ class Trainer:
             metrics = EpochMetrics(self.epoch, loss, accuracy, validation_loss, validation_accuracy, samples)
             self.history.append(metrics)
             self.epoch += 1
-            self.log(f"epoch {self.epoch:>{len(str(self.epochs))}}/{self.epochs} "
-                     f"{_bar(self.epoch, self.epochs)} {metrics}")
+            line = f"epoch {self.epoch:>{len(str(self.epochs))}}/{self.epochs} {_bar(self.epoch, self.epochs)}"
+            self.log(line if self.log_enabled == "progress" else f"{line} {metrics}")
             if self.checkpoint_dir is not None and self.epoch % self.save_every == 0:
                 self.save_checkpoint()
         return self.history
@@ -221,7 +228,7 @@ class Trainer:
 
 def _device_of_this_rank() -> torch.device:
     """The rank's GPU (``cuda:LOCAL_RANK``) under nccl, else the CPU."""
-    if dist.get_backend() == "nccl" and torch.cuda.is_available():
+    if "nccl" in dist.get_backend() and torch.cuda.is_available():  # "nccl" or "cpu:gloo,cuda:nccl"
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return torch.device("cpu")
 

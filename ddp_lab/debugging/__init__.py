@@ -15,8 +15,7 @@ Everything that runs inside a rank depends on torch only; nothing here is
 imported by ``import ddp_lab``.
 """
 
-from ddp_lab.debugging.flight_recorder import (dump_flight_record, fr_analyser, read_flight_records,
-                                              records_side_by_side)
+from ddp_lab.debugging.flight_recorder import dump_flight_record, fr_analyser, read_flight_records, records_side_by_side
 from ddp_lab.debugging.replicas import ReplicaReport, compare_replicas, tensor_checksum
 from ddp_lab.debugging.stacks import Frame, HungJob, dump_stack, stack_lines, stacks_of_hung_job
 from ddp_lab.debugging.stragglers import RankTimes, StragglerVerdict, WaitComputeTimer, find_straggler

@@ -30,8 +30,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddp_lab.cluster.torchrun import (RUN_TAG, TorchrunRun, loopback_environment, processes_tagged, start_command,
-                                     stop_agent, torchrun_command)
+from ddp_lab.cluster.torchrun import (
+    RUN_TAG,
+    TorchrunRun,
+    loopback_environment,
+    processes_tagged,
+    start_command,
+    stop_agent,
+    torchrun_command,
+)
 
 __all__ = ["Frame", "HungJob", "py_spy_command", "dump_stack", "stack_lines", "stacks_of_hung_job"]
 

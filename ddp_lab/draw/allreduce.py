@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt
 from matplotlib.animation import FuncAnimation
 from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+
 from ddp_lab.draw.palette import BLUE, EDGE, GREEN, MUTED_TEXT, ORANGE, PANEL, TEXT
 
 FINISHED = GREEN    # Okabe-Ito green

@@ -41,8 +41,8 @@ import torch
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
-from ddp_lab.draw.palette import FAINT, MUTED_TEXT, OKABE_ITO, TEXT
 
+from ddp_lab.draw.palette import FAINT, MUTED_TEXT, OKABE_ITO, TEXT
 
 __all__ = ["draw_collective", "value_origins", "cell_origin", "format_value"]
 

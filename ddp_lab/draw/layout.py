@@ -43,8 +43,8 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch, Patch
 
-from ddp_lab.topology import Topology
 from ddp_lab.draw.palette import EDGE, INK, OKABE_ITO, PANEL, TEXT
+from ddp_lab.topology import Topology
 
 __all__ = [
     "NodeBox",

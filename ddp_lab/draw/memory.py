@@ -20,8 +20,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from ddp_lab.memory import STAGES, bytes_per_parameter, memory_per_rank, memory_table
 from ddp_lab.draw.palette import BLUE, GREEN, MUTED_TEXT, ORANGE, SKY_BLUE, VERMILLION
+from ddp_lab.memory import STAGES, bytes_per_parameter, memory_per_rank, memory_table
 from ddp_lab.units import format_gb
 
 __all__ = ["draw_memory_per_rank", "draw_memory_cases", "draw_memory_vs_world_size",

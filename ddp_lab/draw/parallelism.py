@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from ddp_lab.model_parallel.pipeline import bubble_fraction, pipeline_schedule
 from ddp_lab.draw.palette import BLUE, GREEN, GREY, ORANGE, PANEL, PURPLE, SKY_BLUE, VERMILLION, YELLOW
+from ddp_lab.model_parallel.pipeline import bubble_fraction, pipeline_schedule
 from ddp_lab.validate import check_int_between
 
 __all__ = ["draw_dataparallel_vs_ddp", "draw_pipeline_schedule", "draw_pipeline_schedules",

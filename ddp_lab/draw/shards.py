@@ -30,6 +30,7 @@ import matplotlib.pyplot as plt
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+
 from ddp_lab.draw.palette import ERROR_RED
 from ddp_lab.validate import check_positive_int
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
+
 from ddp_lab.draw.palette import BLUE, GREEN, ORANGE, PURPLE, SKY_BLUE, VERMILLION
 
 __all__ = ["draw_spirals"]

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+
 from ddp_lab.draw.palette import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY_BLUE, VERMILLION
 
 __all__ = ["draw_timeline", "draw_timelines"]

@@ -27,8 +27,8 @@ import ddp_lab
 from ddp_lab.bench.collectives import Timing
 from ddp_lab.bench.timing import collective_device, slowest_rank_seconds
 from ddp_lab.cost import algbw, bus_factor
-from ddp_lab.units import spread
 from ddp_lab.gpu_check.runner import Finding, expect
+from ddp_lab.units import spread
 
 __all__ = ["measure_all_reduce", "all_reduce_measurement", "all_reduce_bandwidth", "ring_all_reduce_nccl"]
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import shutil
 import tempfile
 
-from ddp_lab.gpu_check.runner import CheckFailed, Finding, expect
 from ddp_lab.cluster.scripts import book_script
 from ddp_lab.cluster.torchrun import run_torchrun
+from ddp_lab.gpu_check.runner import CheckFailed, Finding, expect
 
 __all__ = ["train_one_gpu_per_process", "train_spanning_two_gpus", "one_gpu_per_process", "spanning_two_gpus"]
 

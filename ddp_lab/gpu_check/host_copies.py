@@ -18,8 +18,8 @@ import statistics
 import torch
 
 from ddp_lab.bench.timing import elapsed_seconds
-from ddp_lab.units import spread
 from ddp_lab.gpu_check.runner import Finding, expect
+from ddp_lab.units import spread
 
 __all__ = ["copy_seconds", "time_copies", "host_to_device_copy"]
 

@@ -136,7 +136,7 @@ def choose_backend(backend, world_size):
         choice, why = "gloo", f"only {gpus} CUDA devices for {world_size} ranks"
     else:
         choice, why = "gloo", "no CUDA device"
-    _say_once(f"ddp_lab: backend 'auto' chose {choice!r} ({why})")
+    say_once(f"ddp_lab: backend 'auto' chose {choice!r} ({why})")
     return choice
 
 
@@ -171,7 +171,8 @@ def threads_per_rank(world_size):
 _said = set()
 
 
-def _say_once(message):
+def say_once(message):
+    """Print ``message`` the first time it is asked for in this process (a launch's notices)."""
     if message not in _said:
         _said.add(message)
         print(message)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from ddp_lab.host import loopback_interface
-from ddp_lab.launcher.config import uses_nccl
+from ddp_lab.launcher.config import say_once, uses_nccl
 
 
 def worker_environment(config, rank, master_port, notebook_env=None):
@@ -116,16 +116,22 @@ def network_and_devices(config, rank, notebook_env):
 
     gloo and nccl pick the interface named in ``GLOO_SOCKET_IFNAME`` and
     ``NCCL_SOCKET_IFNAME``; left unset, they may choose a network card and
-    announce an address no other rank can reach. A value the notebook set
-    is kept. With nccl and ``nodes > 1``, each simulated node sees only its
-    own GPUs, numbered from 0, so ``LOCAL_RANK`` picks the GPU exactly as on
-    a real node (Chapter 12).
+    announce an address no other rank can reach. Every rank of a launch is
+    on this machine, so both name the loopback interface, whatever the
+    notebook inherited from its shell (a value meant for a real cluster's
+    network card would make the ranks listen there, off loopback): an
+    overridden value is said once, in the output. With nccl and
+    ``nodes > 1``, each simulated node sees only its own GPUs, numbered from
+    0, so ``LOCAL_RANK`` picks the GPU exactly as on a real node (Chapter 12).
     """
     env = {}
     loopback = loopback_interface()
     if loopback:
-        env["GLOO_SOCKET_IFNAME"] = notebook_env.get("GLOO_SOCKET_IFNAME", loopback)
-        env["NCCL_SOCKET_IFNAME"] = notebook_env.get("NCCL_SOCKET_IFNAME", loopback)
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            env[name] = loopback
+            if notebook_env.get(name, loopback) != loopback:
+                say_once(f"ddp_lab: {name}={notebook_env[name]!r} in the environment is not used: "
+                         f"a launch's ranks all run here and talk over the loopback interface ({loopback!r})")
     if uses_nccl(config.backend) and config.nodes > 1:
         first = rank // config.ranks_per_node * config.ranks_per_node
         env["CUDA_VISIBLE_DEVICES"] = ",".join(

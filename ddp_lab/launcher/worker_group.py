@@ -39,8 +39,7 @@ from ddp_lab.launcher import protocol, shutdown
 from ddp_lab.launcher.forkserver import forkserver_context
 from ddp_lab.launcher.output import LiveLine, RankOutput
 from ddp_lab.launcher.run_result import RunResult
-from ddp_lab.launcher.where_stuck import (
-    describe_where, rendezvous_arguments, timeout_hint, waiting_kind)
+from ddp_lab.launcher.where_stuck import describe_where, rendezvous_arguments, timeout_hint, waiting_kind
 from ddp_lab.launcher.worker import WorkerSpec, worker_main
 from ddp_lab.launcher.worker_env import worker_environment
 

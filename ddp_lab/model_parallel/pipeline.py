@@ -32,6 +32,7 @@ Used in Chapter 15.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from ddp_lab.validate import check_positive_int
 
 __all__ = ["Slot", "SCHEDULES", "pipeline_schedule", "bubble_fraction"]
