@@ -4,6 +4,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+from ddp_lab.host import loopback_interface
 from ddp_lab.launcher.config import LaunchConfig
 from ddp_lab.launcher.output import RankOutput, render_by_rank
 from ddp_lab.launcher.where_stuck import describe_where
@@ -27,7 +28,7 @@ def test_a_ranks_environment_is_composed_in_one_place():
     assert (env["HOME"], env["RANK"], env["LOCAL_RANK"], env["MASTER_PORT"]) == (
         "/home/reader", "3", "1", "1234")
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"  # node 1 sees its own two GPUs, from 0
-    assert env["GLOO_SOCKET_IFNAME"] == "eth9"  # the notebook's choice is kept
+    assert env["GLOO_SOCKET_IFNAME"] == loopback_interface()  # a launch stays on loopback (issue 35.2)
     spawned = worker_environment(replace(nccl, backend="gloo", nodes=1, style="spawn"), 1, None, notebook)
     assert "TORCHELASTIC_USE_AGENT_STORE" not in spawned and "MASTER_PORT" not in spawned
     assert "CUDA_VISIBLE_DEVICES" not in spawned and spawned["RANK"] == "1"

@@ -165,7 +165,7 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
     (Two dumps in a row were not enough: on a busy machine a rank can wait a
     fraction of a second in a gradient all-reduce that then completes, and
     that wait was once reported as the hang.) Workers not waiting within
-    ``settle`` seconds are dumped as they are. The job should then end by
+    ``settle`` seconds of being found are dumped as they are. The job should then end by
     itself (the script's ``init_process_group(timeout=...)``); after
     ``timeout`` seconds in all, it is stopped, workers included.
     """
@@ -192,7 +192,9 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
     start = time.monotonic()
     try:
         workers = _find_workers(agent, nproc_per_node, deadline=start + settle)
-        deadline = start + settle
+        # From the workers' start: on a loaded machine the agent's own start-up
+        # (importing torch) can take much of ``settle`` before a worker exists.
+        deadline = time.monotonic() + settle
         for rank in sorted(workers):
             job.stacks[rank] = _settled_stack(workers[rank], deadline)
         dumped = time.monotonic()
