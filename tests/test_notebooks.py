@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The first cell of every notebook: installs ddp_lab on Colab, does nothing elsewhere.
-COLAB_CELL = (
-    "import sys\n"
-    'if "google.colab" in sys.modules:\n'
-    '    %pip install -q "ddp_lab @ git+https://github.com/ddp-lab/ddp-book"'
-)
+# The first cell of every notebook: installs ddp_lab on Colab, does nothing elsewhere
+# (tools/set_repository.py writes it from _config.yml and pyproject.toml).
+sys.path.insert(0, str(ROOT / "tools"))
+from set_repository import install_cell, repository_url, version  # noqa: E402
+
+COLAB_CELL = install_cell(repository_url(), f"v{version()}")
 HIDDEN_INPUT_TAGS = {"remove-input", "hide-input", "remove-cell"}
 
 NOTEBOOKS = sorted(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 __all__ = ["SCRIPTS_URL", "book_script", "script_function"]
 
-SCRIPTS_URL = "https://raw.githubusercontent.com/ddp-lab/ddp-book/main/labs/scripts/"
+SCRIPTS_URL = "https://raw.githubusercontent.com/ddp-lab/ddp-book/v0.1.0/labs/scripts/"
 
 
 def book_script(name: str) -> Path:
