@@ -4,6 +4,7 @@ import linecache
 import os
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -382,3 +383,33 @@ def test_the_errors_can_be_pickled():
     for error in errors:
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)
+
+
+FORKSERVER_BROKEN_OFF = """
+import os, socket
+import ddp_lab
+from multiprocessing import forkserver
+
+
+def pid():
+    return os.getpid()
+
+
+if __name__ == "__main__":
+    ddp_lab.launch(pid, 2)
+    with socket.socket(socket.AF_UNIX) as other:  # another process of this user connects and closes
+        other.connect(forkserver._forkserver._forkserver_address)
+    print("after:", len(ddp_lab.launch(pid, 2)), len(ddp_lab.launch(pid, 2)))
+"""
+
+
+def test_a_launch_right_after_the_forkserver_died_starts_a_new_one(tmp_path):
+    # Issue 35, item 5: the dying forkserver has closed its socket but is not
+    # dead yet, so multiprocessing does not restart it: the next launches
+    # failed with a bare ConnectionRefusedError.
+    script = tmp_path / "broken_off.py"
+    script.write_text(FORKSERVER_BROKEN_OFF)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ddp_lab: the forkserver had stopped (ConnectionRefusedError" in done.stdout
+    assert "after: 2 2" in done.stdout

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import importlib.util
 import multiprocessing
+import os
+import time
 
 from ddp_lab.launcher import shutdown
 
@@ -83,3 +85,45 @@ def start_forkserver():
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+
+
+def start_process(process):
+    """``process.start()``, and once more on a fresh forkserver if the old one has just died.
+
+    The forkserver exits when a request to it breaks off (another process of
+    this user connects to its socket and closes it, or a full table of file
+    descriptors cuts a launch's request short). It then takes a fraction of
+    a second to die: its socket is already closed, but it is not dead yet,
+    so multiprocessing's ``ensure_running`` does not restart it, and every
+    launch in that window fails with a bare ``ConnectionRefusedError``. Here
+    the old forkserver is waited for (at most ``grace`` seconds, then
+    killed), multiprocessing starts a new one, and the start is tried once
+    more, saying so in one line.
+    """
+    try:
+        process.start()
+    except (ConnectionRefusedError, FileNotFoundError) as error:  # the socket refused, or gone
+        _wait_for_dead_forkserver()
+        print(f"ddp_lab: the forkserver had stopped ({type(error).__name__}: {error}); "
+              "started a new one", flush=True)
+        process.start()
+
+
+def _wait_for_dead_forkserver(grace: float = 5.0):
+    """Block until the forkserver has exited (not reaped: multiprocessing reaps and restarts it)."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is None:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return  # exited; ensure_running will reap it
+        except ChildProcessError:
+            return
+        time.sleep(0.01)
+    os.kill(pid, 9)  # alive but not answering: SIGKILL, and let ensure_running reap it
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+

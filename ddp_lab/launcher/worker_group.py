@@ -36,7 +36,7 @@ from datetime import timedelta
 from multiprocessing.connection import wait
 
 from ddp_lab.launcher import protocol, shutdown
-from ddp_lab.launcher.forkserver import forkserver_context
+from ddp_lab.launcher.forkserver import forkserver_context, start_process
 from ddp_lab.launcher.output import LiveLine, RankOutput
 from ddp_lab.launcher.run_result import RunResult
 from ddp_lab.launcher.where_stuck import describe_where, rendezvous_arguments, timeout_hint, waiting_kind
@@ -340,7 +340,7 @@ def _start_rank(context, spec, job):
         name=f"ddp_lab-rank-{spec.rank}",
     )
     try:
-        process.start()
+        start_process(process)
     finally:
         rank_control.close()  # the rank has its own copies now
         rank_output.close()
