@@ -152,6 +152,12 @@ def both_send_first():
     dist.send(torch.ones(1), dst=1 - dist.get_rank())
 
 
+def both_wait_on_irecv():
+    # PyTorch's tutorial's non-blocking example with both ranks receiving: a deadlock in req.wait()
+    req = dist.irecv(torch.zeros(1), src=1 - dist.get_rank())
+    req.wait()
+
+
 def one_all_reduces():
     if dist.get_rank() == 0:
         dist.all_reduce(torch.ones(1))
@@ -161,8 +167,9 @@ def one_all_reduces():
 
 @pytest.mark.parametrize("work, hint", [
     (sleeps, "No rank was waiting for another: they were still running their own code"),
-    (both_send_first, "A rank that waits in send() or recv() is waiting for its partner"),
-    (one_all_reduces, "A rank that waits in a collective is waiting for a rank that never joined it"),
+    (both_send_first, "A rank that waits in send() or recv() (or in wait() on an isend or irecv) is waiting"),
+    (one_all_reduces, "Rank 0 waits in a collective that rank 1 has not reached: it is still running its own"),
+    (both_wait_on_irecv, "A rank that waits in send() or recv() (or in wait() on an isend or irecv)"),
 ])
 def test_the_hint_speaks_of_collectives_only_when_a_collective_is_involved(work, hint):
     with pytest.raises(ddp_lab.RanksTimedOut) as caught:
@@ -170,6 +177,8 @@ def test_the_hint_speaks_of_collectives_only_when_a_collective_is_involved(work,
     last_line = str(caught.value).splitlines()[-1]
     assert last_line.startswith(hint) and caught.value.hint == last_line
     assert ("collective" in last_line) == (work is one_all_reduces)
+    if work is both_wait_on_irecv:
+        assert all("wait() on a request" in where for where in caught.value.unfinished.values())
 
 
 def test_the_default_timeout_is_finite():

@@ -91,7 +91,7 @@ class RankFailed(LaunchError):
             headline = f"rank {self.rank} raised {self.exc_type}: {self.exc_message}"
         if self.other_failures:
             others = ", ".join(str(r) for r in sorted(self.other_failures))
-            headline += f" (ranks {others} failed too)"
+            headline += f" ({'rank' if len(self.other_failures) == 1 else 'ranks'} {others} failed too)"
         return headline
 
     def __reduce__(self):

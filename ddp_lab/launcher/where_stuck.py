@@ -49,9 +49,9 @@ _RENDEZVOUS_ARGUMENTS = {
 
 COLLECTIVE_HINT = ("A rank that waits in a collective is waiting for a rank that never "
                    "joined it: check that every rank calls the same collectives in the same order.")
-POINT_TO_POINT_HINT = ("A rank that waits in send() or recv() is waiting for its partner to "
-                       "post the matching recv() or send(): check that every send has a receive "
-                       "on the other rank, and that two ranks do not both send first.")
+POINT_TO_POINT_HINT = ("A rank that waits in send() or recv() (or in wait() on an isend or irecv) is "
+                       "waiting for its partner to post the matching recv() or send(): check that every "
+                       "send has a receive on the other rank, and that two ranks do not both send first.")
 
 
 def main_thread_stack():
@@ -99,6 +99,8 @@ def describe_where(frames):
     place = f"{where_in} line {lineno}" + (f": {code}" if code else "")
     if torch_call:
         return f"waiting in {torch_call}, called from {place}"
+    if waits_on_a_request(frames):
+        return f"waiting in wait() on a request (torch.distributed), called from {place}"
     return f"running {place}"
 
 
@@ -112,6 +114,20 @@ def waits_in_torch_distributed(frames):
     return any(frame[0].startswith(_DISTRIBUTED_DIR) for frame in frames)
 
 
+def waits_on_a_request(frames):
+    """Whether the rank is in ``req.wait()`` on the request of an ``isend``/``irecv`` (or of a
+    collective with ``async_op=True``).
+
+    ``Work.wait`` is C++: no frame of torch.distributed shows it, only the
+    rank's own line calling ``.wait(`` as the innermost frame. (A Python
+    ``wait`` such as ``threading.Event.wait`` has frames of its own below.)
+    """
+    if not frames or not _is_user_code(frames[-1][0]):
+        return False
+    code = frames[-1][3] or ""
+    return ".wait(" in code
+
+
 def waiting_kind(frames):
     """What the rank waits for: "rendezvous", "point-to-point", "collective", or None.
 
@@ -119,6 +135,8 @@ def waiting_kind(frames):
     while starting, the launcher) called; None when it is not waiting in
     torch.distributed at all (it is computing, sleeping, reading a file).
     """
+    if waits_on_a_request(frames):
+        return "point-to-point"
     if not waits_in_torch_distributed(frames):
         return None
     user = [f for f in frames if _is_user_code(f[0])]
@@ -150,9 +168,17 @@ def timeout_hint(kinds, arguments, *, world_size, launcher, store=None):
     ``(host, port)``) or ``"ddp_lab.spawn"`` (they meet where their code says).
     """
     lines = []
+    running = sorted(rank for rank, kind in kinds.items() if kind is None)
     if "rendezvous" in kinds.values():
         lines.append(_rendezvous_hint(arguments, world_size, launcher, store))
-    if "collective" in kinds.values():
+    if "collective" in kinds.values() and running:
+        waiting = sorted(rank for rank, kind in kinds.items() if kind == "collective")
+        lines.append(f"{_ranks(waiting).capitalize()} {'waits' if len(waiting) == 1 else 'wait'} in a "
+                     f"collective that {_ranks(running)} {'has' if len(running) == 1 else 'have'} not reached: "
+                     f"{'it is' if len(running) == 1 else 'they are'} still running {_their(running)} own code "
+                     "(see the lines above). If that is merely slow, give a longer timeout; if it never "
+                     "calls the collective, check that every rank calls the same collectives in the same order.")
+    elif "collective" in kinds.values():
         lines.append(COLLECTIVE_HINT)
     elif "point-to-point" in kinds.values():
         lines.append(POINT_TO_POINT_HINT)
@@ -160,6 +186,15 @@ def timeout_hint(kinds, arguments, *, world_size, launcher, store=None):
         lines.append("No rank was waiting for another: they were still running their own code "
                      "(see the lines above). If that code is merely slow, give it a longer timeout.")
     return "\n".join(lines)
+
+
+def _ranks(ranks):
+    """'rank 1', 'ranks 0, 2': the words for a list of ranks."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def _their(ranks):
+    return "its" if len(ranks) == 1 else "their"
 
 
 def _rendezvous_hint(arguments, world_size, launcher, store):
