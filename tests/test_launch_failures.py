@@ -422,3 +422,9 @@ def test_a_launch_right_after_the_forkserver_died_starts_a_new_one(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ddp_lab: the forkserver had stopped (ConnectionRefusedError" in done.stdout
     assert "after: 2 2" in done.stdout
+
+
+def test_one_other_failure_is_named_in_the_singular():
+    one = ddp_lab.RankFailed(0, "ValueError", "odd", "", None, {1: "ValueError"}, {}, None)
+    two = ddp_lab.RankFailed(0, "ValueError", "odd", "", None, {1: "ValueError", 2: "ValueError"}, {}, None)
+    assert "(rank 1 failed too)" in str(one) and "(ranks 1, 2 failed too)" in str(two)
