@@ -181,10 +181,10 @@ def test_sbatch_script_starts_torchrun_once_per_node_with_rendezvous_on_the_firs
     run = dry_run_sbatch(SBATCH, job)
     assert run["stdout"] == "job 4242: 2 nodes x 4 processes, rendezvous at gpu07:24242\n"
     argv = run["srun"]
-    assert argv[:2] == ["--kill-on-bad-exit=1", "torchrun"]
+    assert argv[:4] == ["--kill-on-bad-exit=1", "-c", "32", "torchrun"]  # -c: srun 22.05/23.02 do not inherit it
     from torch.distributed.run import get_args_parser
 
-    args = get_args_parser().parse_args(argv[2:])  # torchrun's own parser reads the command
+    args = get_args_parser().parse_args(argv[4:])  # torchrun's own parser reads the command
     assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("2", "4", "c10d")
     assert (args.rdzv_endpoint, args.rdzv_id, args.max_restarts) == ("gpu07:24242", "4242", 3)
     assert args.training_script == "train.py"
@@ -197,3 +197,16 @@ def test_sbatch_dry_run_reports_a_failing_script(tmp_path):
     script.write_text("#!/bin/bash\nset -u\necho $SLURM_NOT_SET\n")
     with pytest.raises(RuntimeError, match="SLURM_NOT_SET: unbound variable"):
         dry_run_sbatch(script, {})
+
+
+def test_sbatch_script_requeues_itself_on_the_signal_before_the_time_limit():
+    # Issue 36, item 2: a job that reaches its time limit ends in TIMEOUT and is
+    # not requeued; the script asks for SIGUSR1 120 s before and requeues itself.
+    text = SBATCH.read_text()
+    assert "#SBATCH --signal=B:USR1@120" in text and "#SBATCH --requeue" in text
+    job = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "ddp-train", "SLURM_JOB_NODELIST": "gpu[07-08]",
+           "SLURM_NNODES": "2", "SLURM_GPUS_ON_NODE": "4", "SLURM_CPUS_PER_TASK": "32"}
+    assert dry_run_sbatch(SBATCH, job)["requeued"] == []  # no signal, no requeue
+    run = dry_run_sbatch(SBATCH, job, usr1_after=1)
+    assert run["requeued"] == ["4242"]
+    assert run["stdout"].endswith("time limit near: requeueing job 4242\n")

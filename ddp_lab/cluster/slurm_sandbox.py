@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,27 +25,36 @@ from ddp_lab.validate import check_positive_int
 __all__ = ["dry_run_sbatch", "task_environment", "srun_here"]
 
 
-def dry_run_sbatch(script, environ: Mapping, *, timeout: float = 60.0) -> dict:
+def dry_run_sbatch(script, environ: Mapping, *, timeout: float = 60.0, usr1_after: float | None = None) -> dict:
     """Run an sbatch script here, with stand-ins for Slurm's ``scontrol`` and ``srun``.
 
     ``environ`` holds the Slurm variables of the job (``SLURM_JOB_ID``,
     ``SLURM_JOB_NODELIST``, ``SLURM_NNODES``, ...). The stand-in ``scontrol
-    show hostnames`` expands the host list with :func:`ddp_lab.cluster.slurm.expand_hostlist`;
-    the stand-in ``srun`` starts nothing: it records the command it was given
-    and the environment it would pass on. Returns ``{"srun": argv after
-    "srun", "env": {name: value}, "stdout": what the script printed}``.
-    Raises RuntimeError with the script's stderr if it fails.
+    show hostnames`` expands the host list with :func:`ddp_lab.cluster.slurm.expand_hostlist`,
+    and ``scontrol requeue JOBID`` records the request; the stand-in ``srun``
+    starts nothing: it records the command it was given and the environment
+    it would pass on. ``usr1_after``: send SIGUSR1 to the script that many
+    seconds after it starts, as ``#SBATCH --signal=B:USR1@...`` makes Slurm
+    do before the time limit (the stand-in ``srun`` then runs for a few
+    seconds, as a job step would). Returns ``{"srun": argv after "srun",
+    "env": {name: value}, "stdout": what the script printed, "requeued":
+    the job ids it asked to requeue}``. Raises RuntimeError with the
+    script's stderr if it fails.
     """
     with tempfile.TemporaryDirectory(prefix="ddp_lab_sbatch_") as tmp:
         folder = Path(tmp)
         tools = {
-            "scontrol": ("import sys\nfrom ddp_lab.cluster.slurm import expand_hostlist\n"
-                         "if sys.argv[1:3] != ['show', 'hostnames']:\n"
-                         "    raise SystemExit('stand-in scontrol: only show hostnames')\n"
-                         "print('\\n'.join(expand_hostlist(sys.argv[3])))\n"),
-            "srun": ("import json, os, sys\n"
+            "scontrol": ("import os, sys\nfrom ddp_lab.cluster.slurm import expand_hostlist\n"
+                         "if sys.argv[1:2] == ['requeue']:\n"
+                         "    open(os.environ['DDP_LAB_REQUEUE_RECORD'], 'a').write(sys.argv[2] + '\\n')\n"
+                         "elif sys.argv[1:3] == ['show', 'hostnames']:\n"
+                         "    print('\\n'.join(expand_hostlist(sys.argv[3])))\n"
+                         "else:\n"
+                         "    raise SystemExit('stand-in scontrol: only show hostnames and requeue')\n"),
+            "srun": ("import json, os, sys, time\n"
                      "json.dump({'srun': sys.argv[1:], 'env': dict(os.environ)},"
-                     " open(os.environ['DDP_LAB_SRUN_RECORD'], 'w'))\n"),
+                     " open(os.environ['DDP_LAB_SRUN_RECORD'], 'w'))\n"
+                     "time.sleep(float(os.environ['DDP_LAB_SRUN_SECONDS']))\n"),
         }
         for name, body in tools.items():
             tool = folder / name
@@ -52,16 +62,40 @@ def dry_run_sbatch(script, environ: Mapping, *, timeout: float = 60.0) -> dict:
             tool.chmod(0o755)
         package_root = str(Path(__file__).resolve().parents[2])  # what holds ddp_lab/
         env = {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}", "HOME": str(folder),
-               "PYTHONPATH": package_root, "DDP_LAB_SRUN_RECORD": str(folder / "srun.json"), **environ}
-        done = subprocess.run(["bash", os.fspath(script)], env=env, cwd=folder, capture_output=True,
-                              text=True, timeout=timeout)
-        if done.returncode != 0:
-            raise RuntimeError(f"{script} exited with code {done.returncode}:\n{done.stderr.strip()}")
+               "PYTHONPATH": package_root, "DDP_LAB_SRUN_RECORD": str(folder / "srun.json"),
+               "DDP_LAB_REQUEUE_RECORD": str(folder / "requeued"),
+               "DDP_LAB_SRUN_SECONDS": "0" if usr1_after is None else str(usr1_after + 10), **environ}
+        stdout, stderr, code = _run_script(script, env, folder, timeout, usr1_after)
+        if code != 0:
+            raise RuntimeError(f"{script} exited with code {code}:\n{stderr.strip()}")
         record = json.loads((folder / "srun.json").read_text())
+        requeue_file = folder / "requeued"
+        requeued = requeue_file.read_text().split() if requeue_file.exists() else []
     ignore = {"PWD", "OLDPWD", "SHLVL", "_"}  # set by bash itself
     passed = {name: value for name, value in record["env"].items()
-              if env.get(name) != value and name not in ignore and not name.startswith("LC_")}
-    return {"srun": record["srun"], "env": passed, "stdout": done.stdout}
+              if env.get(name) != value and name not in ignore and not name.startswith("LC_")
+              and not name.startswith("DDP_LAB_")}
+    return {"srun": record["srun"], "env": passed, "stdout": stdout, "requeued": requeued}
+
+
+def _run_script(script, env, folder, timeout, usr1_after):
+    """bash SCRIPT in a session of its own; SIGUSR1 after ``usr1_after`` s; nothing of it left after."""
+    process = subprocess.Popen(["bash", os.fspath(script)], env=env, cwd=folder, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        if usr1_after is not None:
+            try:
+                process.wait(usr1_after)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGUSR1)
+        process.wait(timeout)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # the stand-in srun, if the script left it running
+        except ProcessLookupError:
+            pass
+        stdout, stderr = process.communicate()  # its pipes close with the last of them
+    return stdout, stderr, process.returncode
 
 
 def task_environment(procid: int, *, nodes: int, tasks_per_node: int, job_id: int | str,
