@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from jsonschema import Draft202012Validator
 from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.cost import bus_factor
 from ddp_lab.gpu_check import chapter14, launches, machine
-from ddp_lab.gpu_check.__main__ import NO_CUDA, main
+from ddp_lab.gpu_check.__main__ import NO_CUDA, NOT_WRITTEN, main
 from ddp_lab.gpu_check.allreduce import all_reduce_measurement, measure_all_reduce
 from ddp_lab.gpu_check.checklist import CHECKS, check_named
 from ddp_lab.gpu_check.report import draw_all_reduce_busbw, gpu_results_text, measured_on, no_results_message, report
@@ -280,6 +281,109 @@ def test_write_names_the_file_after_the_gpus_and_the_day(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ValueError, match="bad.json is not JSON"):
         load(tmp_path / "bad.json")
+
+
+# --- where the results go: --out checked first, the file written whole, never through a link -----
+
+
+def refused_out(out, capsys):
+    """What the command says about ``--out out`` (with --allow-no-gpu, which on a machine
+    without a GPU would run nothing and write the file)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--allow-no-gpu", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert exited.value.code == 2
+    assert captured.out == ""  # refused before it said it was starting anything
+    (line,) = [line for line in captured.err.splitlines() if "error:" in line]
+    assert line.startswith(f"python -m ddp_lab.gpu_check: error: argument --out: cannot write the results to "
+                           f"{str(out)!r}: ")
+    assert line.endswith(". --out takes a .json file, or a folder (created if need be), that you can write to "
+                         "and that is not a symbolic link")
+    return line
+
+
+def test_a_bad_out_is_refused_before_anything_starts(tmp_path, capsys):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    (tmp_path / "link.json").symlink_to(target)
+    assert f"{tmp_path / 'link.json'} is a symbolic link (to {target}): the results are never written " \
+           f"through one" in refused_out(tmp_path / "link.json", capsys)
+    (tmp_path / "dangling.json").symlink_to(tmp_path / "nowhere.json")
+    assert "dangling.json is a symbolic link" in refused_out(tmp_path / "dangling.json", capsys)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    assert f"{tmp_path / 'linked'} is a symbolic link (to {tmp_path / 'real'}): name the folder itself" \
+        in refused_out(tmp_path / "linked", capsys)
+    assert "linked is a symbolic link" in refused_out(tmp_path / "linked" / "new" / "r.json", capsys)
+    assert f"{tmp_path / 'precious.txt'} is not a folder" in refused_out(target, capsys)
+    assert f"{tmp_path / 'precious.txt' / 'sub'} cannot be created: {target} is not a folder" \
+        in refused_out(target / "sub" / "r.json", capsys)
+    (tmp_path / "folder.json").mkdir()
+    assert f"{tmp_path / 'folder.json'} is a folder" in refused_out(tmp_path / "folder.json", capsys)
+    assert target.read_text() == "keep me\n" and not (tmp_path / "nowhere.json").exists()
+    assert not list((tmp_path / "real").iterdir())
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_an_out_that_cannot_be_written_is_refused_before_anything_starts(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    assert f"{locked} is not writable" in refused_out(locked, capsys)
+    assert f"{locked / 'new'} cannot be created: {locked} is not writable" in refused_out(locked / "new", capsys)
+
+
+@NO_GPU_HERE
+def test_results_that_cannot_be_written_are_printed_instead(tmp_path, capsys):
+    # The folder is fine before the run; the file's name (GPUs and day) is known only after it.
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    for seconds in (0, 86400):  # today and tomorrow (UTC), should the run cross midnight
+        day = time.strftime("%Y-%m-%d", time.gmtime(time.time() + seconds))
+        (tmp_path / f"no-gpu-{day}.json").symlink_to(target)
+    assert main(["--allow-no-gpu", "--out", str(tmp_path)]) == NOT_WRITTEN == 4
+    captured = capsys.readouterr()
+    assert captured.err.startswith("python -m ddp_lab.gpu_check: the results file could not be written: "
+                                   f"cannot write the results to {tmp_path}{os.sep}no-gpu-")
+    assert "is a symbolic link" in captured.err
+    text = captured.out.split("the results, as JSON (the file could not be written):\n")[1]
+    assert validate(json.loads(text))["allow_no_gpu"]
+    assert target.read_text() == "keep me\n"
+
+
+def test_write_replaces_the_file_whole_and_leaves_nothing_else(tmp_path, monkeypatch):
+    document = dry_run_document()
+    path = tmp_path / "r.json"
+    path.write_text("the old results\n")
+    old = path.stat().st_ino
+    assert write(document, path) == path
+    assert load(path) == document and path.stat().st_ino != old  # a new file, moved into place
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask()  # as open() would make it, not mkstemp's 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+    def disk_full(descriptor):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    path.write_text("the old results\n")
+    with pytest.raises(OSError, match="No space left"):
+        write(document, path)
+    assert path.read_text() == "the old results\n"  # untouched, and no half-written file beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_write_refuses_a_symbolic_link(tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    (tmp_path / "link.json").symlink_to(target)
+    with pytest.raises(ValueError, match="link.json is a symbolic link"):
+        write(dry_run_document(), tmp_path / "link.json")
+    assert target.read_text() == "keep me\n" and (tmp_path / "link.json").is_symlink()
+
+
+def umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 # --- measuring: the all-reduce code on gloo, and the arithmetic ----------------------------

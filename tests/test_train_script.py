@@ -10,8 +10,11 @@
   ``--final`` is run by Lab 5's checker (tests/test_checks_torchrun.py);
 * two nodes on one machine: two torchrun agents (``--nnodes 2``, c10d
   rendezvous on loopback) form one job of 4 ranks;
-* nonsensical options are argparse errors; a damaged snapshot is reported with
-  its path and what to do; the temporary snapshot file never follows a link.
+* nonsensical options are argparse errors (a learning rate that is not finite,
+  a failure after the run's last step); a damaged snapshot is reported with its
+  path and what to do; the temporary snapshot file never follows a link;
+* a snapshot records its run's seed, sample count and hidden size: one of
+  another run is refused, one of a finished run said to leave nothing to train.
 """
 
 import ast
@@ -26,7 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddp_lab.cluster.torchrun import run_together, run_two_nodes, torchrun_command
+from ddp_lab.cluster.torchrun import run_together, run_torchrun, run_two_nodes, torchrun_command, worker_stderr
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "labs" / "scripts"
 TRAIN = SCRIPTS / "train.py"
@@ -181,6 +184,10 @@ def test_a_restartable_job_with_the_shared_store_gets_a_warning(tmp_path):
     ("--fail-at-step", "0", "must be 1 or more, got 0"),
     ("--fail-rank", "-1", "must be 0 or more, got -1"),
     ("--epochs", "three", "must be a whole number, got 'three'"),
+    ("--lr", "inf", "must be a finite number > 0, got inf"),
+    ("--lr", "nan", "must be a finite number > 0, got nan"),
+    ("--lr", "0", "must be a finite number > 0, got 0"),
+    ("--lr", "fast", "must be a number, got 'fast'"),
 ])
 def test_nonsensical_values_get_argparse_errors(argument, value, allowed, capsys):
     train = load_script(TRAIN)
@@ -285,3 +292,110 @@ def test_a_temporary_file_left_by_a_killed_write_is_replaced(tmp_path):
     (tmp_path / "snapshot.pt.tmp").write_bytes(b"half a snapshot")
     a_real_snapshot(train, tmp_path / "snapshot.pt")
     assert train.load_snapshot(str(tmp_path / "snapshot.pt"))["step"] == 10
+
+
+def test_fail_at_step_must_be_a_step_of_the_run_before_any_training(monkeypatch, capsys):
+    train = load_script(TRAIN)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # the defaults: 512 samples, 256 per rank, 16 steps per epoch
+    assert train.parse_args(["--fail-at-step", "48"]).fail_at_step == 48
+    for argv, says in [
+        (["--fail-at-step", "49"], "must be a step of this run, which has 48 (3 epoch(s) of 16: --samples 512 "
+                                   "over WORLD_SIZE=2 in batches of 16), got 49"),
+        (["--epochs", "0", "--fail-at-step", "1"], "must be a step of this run, which has 0 (0 epoch(s) of 16: "),
+    ]:
+        with pytest.raises(SystemExit) as stop:
+            train.parse_args(argv)
+        assert stop.value.code == 2
+        assert f"error: argument --fail-at-step: {says}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("samples, batch_size, world_size", [(512, 16, 2), (100, 16, 3), (7, 2, 4), (5, 8, 1)])
+def test_the_steps_of_an_epoch_are_the_batches_each_rank_loads(samples, batch_size, world_size):
+    train = load_script(TRAIN)
+    dataset = train.make_dataset(0, samples)
+    for rank in range(world_size):
+        sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+        assert len(list(loader)) == train.steps_per_epoch(samples, batch_size, world_size)
+
+
+def test_a_snapshot_of_another_run_is_refused_and_one_of_a_finished_run_said(tmp_path):
+    """A run of 2 steps (64 samples on 2 ranks) writes s.pt, recording its run; then at once:
+    the same command again (nothing left to train: a notice, exit 0), the same with --seed 1
+    (refused), and two copies of s.pt as an older train.py wrote it, without samples and hidden:
+    one resumed for a second epoch (a notice), one refused for --hidden 32 (read from the weights)."""
+    short = ["--samples", "64", "--snapshot-every", "0"]
+    first = run_torchrun(TRAIN, [*short, "--epochs", "1", "--snapshot", "s.pt"], cwd=tmp_path, timeout=120)
+    assert first.ok, first.tail()
+    assert first.rank_lines() == [  # as before snapshots recorded their run: no word more
+        "[rank 0] restart 0: WORLD_SIZE=2, backend gloo, devices cpu",
+        "[rank 0] no snapshot: starting from scratch",
+        "[rank 0] snapshot at step 2: epoch 1, batch 0",
+        first.rank_lines()[3],
+        "[rank 0] done: 2 steps"]
+    assert first.rank_lines()[3].startswith("[rank 0] epoch 0: loss ")
+    snapshot = torch.load(tmp_path / "s.pt", weights_only=True)
+    assert (snapshot["seed"], snapshot["samples"], snapshot["hidden"]) == (0, 64, 64)
+    older = {key: value for key, value in snapshot.items() if key not in ("samples", "hidden")}
+    for name in ("old.pt", "old_hidden.pt"):
+        torch.save(older, tmp_path / name)
+    commands = [torchrun_command(TRAIN, [*short, *args]) for args in (
+        ["--epochs", "1", "--snapshot", "s.pt"],
+        ["--epochs", "1", "--snapshot", "s.pt", "--seed", "1"],
+        ["--epochs", "2", "--snapshot", "old.pt"],
+        ["--epochs", "2", "--snapshot", "old_hidden.pt", "--hidden", "32"])]
+    again, seed, old, hidden = run_together(commands, cwd=tmp_path, timeout=180)
+
+    assert again.ok, again.tail()
+    assert again.rank_lines()[1:] == [
+        "[rank 0] s.pt is from a finished run (epoch 1 of 1): nothing to train; delete it or pass --snapshot "
+        "another path",
+        "[rank 0] resumed from snapshot at epoch 1, batch 0 of 2 (step 2)",
+        "[rank 0] done: 2 steps"]
+    assert old.ok, old.tail()
+    assert ("[rank 0] old.pt does not record its run's --samples (an older train.py wrote it): resuming without "
+            "checking it") in old.rank_lines()
+    assert old.rank_lines()[-1] == "[rank 0] done: 4 steps"
+    for run, says in [(seed, "--snapshot s.pt is from a run with --seed 0, not --seed 1: pass --seed 0 to "
+                             "resume it, or delete it (or pass --snapshot another path) to start over"),
+                      (hidden, "--snapshot old_hidden.pt is from a run with --hidden 64, not --hidden 32: ")]:
+        assert not run.ok
+        errors = worker_stderr(run.stderr)
+        assert not any("Traceback" in line for line in errors), run.stderr
+        said = [line for line in errors if line.startswith("error: ")]
+        # one line, the same from each rank (torchrun may stop one before it says it)
+        assert said and all(line == said[0] for line in said), run.stderr
+        assert said[0].startswith(f"error: {says}"), run.stderr
+        assert "resumed" not in run.stdout and "step" not in run.stdout
+
+
+@pytest.mark.parametrize("changes, args, says", [
+    ({"seed": 3, "samples": 100}, {}, "error: --snapshot s.pt is from a run with --seed 3 --samples 100, not "
+                                      "--seed 0 --samples 512: pass --seed 3 --samples 100 to resume it"),
+    ({"seed": None, "samples": None, "hidden": None}, {},
+     "[rank 0] s.pt does not record its run's --seed, --samples (an older train.py wrote it): resuming without "
+     "checking them"),
+    ({"epoch": 3}, {"epochs": 2},
+     "[rank 0] s.pt is from a run already at epoch 3, past --epochs 2: nothing to train; delete it or pass "
+     "--snapshot another path"),
+    ({"epoch": 3}, {"epochs": 0}, None),  # --epochs 0 asks for nothing to be trained: nothing to say
+    ({"epoch": 2}, {}, None),  # an epoch left: resumed without a word
+])
+def test_check_resume(changes, args, says, capsys):
+    train = load_script(TRAIN)
+    parsed = train.parse_args(["--snapshot", "s.pt"])
+    for name, value in args.items():
+        setattr(parsed, name, value)
+    model = train.TinyNet(16, 64, 4, [torch.device("cpu")])
+    snapshot = {"model": model.state_dict(), "epoch": 1, "seed": 0, "samples": 512, "hidden": 64}
+    snapshot.update(changes)
+    snapshot = {key: value for key, value in snapshot.items() if value is not None}
+    if says and says.startswith("error: "):
+        with pytest.raises(SystemExit) as stop:
+            train.check_resume(snapshot, parsed, 0)
+        assert str(stop.value.code).startswith(says)
+        return
+    train.check_resume(snapshot, parsed, 0)
+    assert capsys.readouterr().out == (f"{says}\n" if says else "")
+    train.check_resume(snapshot, parsed, 1)  # the other ranks say nothing
+    assert capsys.readouterr().out == ""

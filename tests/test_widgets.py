@@ -15,9 +15,11 @@ from ddp_lab.cost import bucket_schedule, collective_time, naive_all_reduce_time
 from ddp_lab.cost.links import LINKS
 from ddp_lab.memory import STAGES, memory_per_rank
 from ddp_lab.topology import Topology
+from ddp_lab.validate import check_positive_int, check_positive_number
 from ddp_lab.widgets import AllReduceCost, BucketTradeoff, LayoutExplorer, MemoryCalculator, ScalingModel
+from ddp_lab.widgets.control import Control
 from ddp_lab.widgets.memory import _constants
-from ddp_lab.widgets.scaling import INTER_LINKS, INTRA_LINKS
+from ddp_lab.widgets.scaling import INTER_LINKS, INTRA_LINKS, scaling_model
 
 CONTROLS = (LayoutExplorer, MemoryCalculator, AllReduceCost, BucketTradeoff, ScalingModel)
 
@@ -74,8 +76,8 @@ def test_the_python_object_follows_the_controls():
     assert model.result["step_serial"] == compute + model.result["all_reduce"]
 
 
-def test_the_scaling_control_answers_chapter_12s_quiz():
-    """Quiz 1 and 2 of Chapter 12: a 7B model on 16 nodes of 8 H100 at 40%,
+def test_the_scaling_control_answers_chapter_12bs_quiz():
+    """Quiz 1 and 2 of Chapter 12b: a 7B model on 16 nodes of 8 H100 at 40%,
     16-bit gradients; one 400 Gb/s card per GPU, then one per node."""
     model = ScalingModel(parameters=7e9, nodes=16, gpus_per_node=8, cards=8)
     assert round(model.result["all_reduce"] * 1e3) == 72 and round(model.result["tokens_to_hide"]) == 1016
@@ -135,3 +137,101 @@ def test_bucket_schedule_closed_form():
         assert schedule[-1][2] == pytest.approx(max(backward + c, backward / n + n * c), rel=1e-12)
     with pytest.raises(ValueError, match="bucket_bytes"):
         bucket_schedule(1e6, 0, 0.1, 8, 1e-5, 1e9)
+
+
+# --- a bool, NaN or a float count: refused as the function the control mirrors refuses it ------------------
+
+NAN = float("nan")
+SCALING_DEFAULTS = dict(parameters=7e9, gpus_per_node=8, nodes=16, intra="nvlink", inter="infiniband", cards=8,
+                        tokens_per_gpu=4096.0, gpu="h100", utilisation=0.4, algorithm="flat", bytes_per_gradient=2)
+
+
+def refusal(function, *args, **kwargs) -> str:
+    """The ValueError message of ``function(*args, **kwargs)``."""
+    with pytest.raises(ValueError) as refused:
+        function(*args, **kwargs)
+    return str(refused.value)
+
+
+def scaling_with(**change):
+    return scaling_model(**{**SCALING_DEFAULTS, **change})
+
+
+def as_bytes(name, value):
+    return check_positive_number(name, value, "bytes")
+
+
+def as_seconds(name, value):
+    return check_positive_number(name, value, "seconds")
+
+
+def as_bandwidth(name, value):
+    return check_positive_number(name, value, "bytes per second")
+
+
+# (control, setting, the bad values, what says how the mirrored function refuses a value)
+BAD_SETTINGS = [
+    (LayoutExplorer, "nodes", (True, NAN, 4.0), lambda v: refusal(Topology, v, 4, 1)),
+    (LayoutExplorer, "gpus_per_node", (True, NAN, 4.0), lambda v: refusal(Topology, 2, v, 1)),
+    (LayoutExplorer, "gpus_per_process", (True, NAN, 4.0), lambda v: refusal(Topology, 2, 4, v)),
+    (MemoryCalculator, "num_parameters", (True, NAN), lambda v: refusal(memory_per_rank, v, 64)),
+    (MemoryCalculator, "world_size", (True, NAN, 4.0), lambda v: refusal(memory_per_rank, 7.5e9, v)),
+    (AllReduceCost, "world_size", (True, NAN, 4.0),
+     lambda v: refusal(collective_time, "all_reduce", 1e6, v, 1e-5, 1e10)),
+    (BucketTradeoff, "world_size", (True, NAN, 4.0),
+     lambda v: refusal(bucket_schedule, 400e6, 25e6, 0.1, v, 5e-5, 1e10)),
+    (ScalingModel, "parameters", (True, NAN), lambda v: refusal(scaling_with, parameters=v)),
+    (ScalingModel, "nodes", (True, NAN, 4.0), lambda v: refusal(scaling_with, nodes=v)),
+    (ScalingModel, "gpus_per_node", (True, NAN, 4.0), lambda v: refusal(scaling_with, gpus_per_node=v)),
+    (ScalingModel, "utilisation", (NAN,), lambda v: refusal(scaling_with, utilisation=v)),
+    # compute_seconds calls it tokens
+    (ScalingModel, "tokens_per_gpu", (True, NAN),
+     lambda v: refusal(scaling_with, tokens_per_gpu=v).replace("tokens", "tokens_per_gpu", 1)),
+    # What the functions let through (a bool or NaN for a size, a latency or a bandwidth of ddp_lab.cost's
+    # α-β functions; True for the utilisation, which is 0 < True <= 1; the cards, which scaling_model only
+    # multiplies by): the control refuses it all the same, with ddp_lab.validate's words or, for the
+    # utilisation, those of compute_seconds' other numbers.
+    (MemoryCalculator, "capacity_gb", (True, NAN), lambda v: refusal(check_positive_number, "capacity_gb", v)),
+    (AllReduceCost, "message_bytes", (True, NAN), lambda v: refusal(as_bytes, "message_bytes", v)),
+    (AllReduceCost, "latency", (True, NAN), lambda v: refusal(as_seconds, "latency", v)),
+    (AllReduceCost, "bandwidth", (True, NAN), lambda v: refusal(as_bandwidth, "bandwidth", v)),
+    (BucketTradeoff, "gradient_bytes", (True, NAN), lambda v: refusal(as_bytes, "gradient_bytes", v)),
+    (BucketTradeoff, "bucket_bytes", (True, NAN), lambda v: refusal(as_bytes, "bucket_bytes", v)),
+    (BucketTradeoff, "backward_seconds", (True, NAN), lambda v: refusal(as_seconds, "backward_seconds", v)),
+    (BucketTradeoff, "latency", (True, NAN), lambda v: refusal(as_seconds, "latency", v)),
+    (BucketTradeoff, "bandwidth", (True, NAN), lambda v: refusal(as_bandwidth, "bandwidth", v)),
+    (ScalingModel, "utilisation", (True,), lambda v: refusal(scaling_with, parameters=v).replace(
+        "parameters", "utilisation", 1)),
+    (ScalingModel, "cards", (True, NAN, 4.0), lambda v: refusal(check_positive_int, "cards", v)),
+    (ScalingModel, "bytes_per_gradient", (True, NAN, 4.0),
+     lambda v: refusal(check_positive_int, "bytes_per_gradient", v)),
+]
+
+
+@pytest.mark.parametrize("cls, setting, value, says", [
+    pytest.param(cls, setting, value, says, id=f"{cls.__name__}-{setting}-{value!r}")
+    for cls, setting, values, says in BAD_SETTINGS for value in values])
+def test_a_bool_nan_or_float_count_is_refused_in_the_functions_words(cls, setting, value, says):
+    expected = says(value)
+    assert expected.startswith(f"{setting} must be ")
+    with pytest.raises(ValueError) as refused:
+        cls(**{setting: value})
+    assert str(refused.value) == expected
+    control = cls()
+    before = getattr(control, setting)
+    with pytest.raises(ValueError) as refused:  # moved afterwards, from Python or the page: the same
+        control.set_state({setting: value})
+    assert str(refused.value) == expected
+    assert getattr(control, setting) == before and type(getattr(control, setting)) is type(before)
+    assert isinstance(refused.value, traitlets.TraitError)  # as a value off the slider is
+
+
+def test_every_numeric_setting_of_every_control_is_checked():
+    checked = {(cls, setting) for cls, setting, _, _ in BAD_SETTINGS}
+    for cls in CONTROLS:
+        for name, trait in cls.class_traits(sync=True).items():
+            values = getattr(trait, "values", None) or ()
+            numeric = isinstance(trait, (traitlets.Int, traitlets.Float)) or any(
+                isinstance(v, (int, float)) for v in values)
+            if numeric and name not in Control.class_traits():
+                assert (cls, name) in checked, f"{cls.__name__}.{name} takes numbers and is not checked"

@@ -7,10 +7,14 @@
 
 It needs a CUDA GPU, and refuses, saying what is missing, before it starts
 anything where there is none. Each check prints a line as it ends; then the
-report the book's pages show, then the file's path. Exit status: 0 when
-every check passed or was skipped for want of GPUs, 1 when one failed (the
-file is written all the same, with the error), 2 for bad options, 3 when
-there is no usable CUDA GPU (nothing was run, nothing written).
+report the book's pages show, then the file's path. ``--out`` is checked
+before anything starts (a folder to write in, or that can be made; no
+symbolic link), and the file is written whole or not at all. Exit status: 0
+when every check passed or was skipped for want of GPUs, 1 when one failed
+(the file is written all the same, with the error), 2 for bad options, a bad
+``--out`` included, 3 when there is no usable CUDA GPU (nothing was run,
+nothing written), 4 when the file could not be written after all (the
+results are printed as JSON instead, after the report).
 
 Chapter 14 tells how to run it on a GPU machine.
 """
@@ -25,13 +29,16 @@ import time
 
 from ddp_lab.gpu_check.checklist import CHECKS, check_named
 from ddp_lab.gpu_check.machine import describe_machine, why_no_cuda
-from ddp_lab.gpu_check.results import RESULTS_FOLDER, SCHEMA, assemble, write
+from ddp_lab.gpu_check.results import RESULTS_FOLDER, SCHEMA, assemble, out_problem, write
 from ddp_lab.gpu_check.runner import Options, run_checks
 from ddp_lab.host import cuda_device_count
 
-__all__ = ["main", "NO_CUDA"]
+__all__ = ["main", "NO_CUDA", "NOT_WRITTEN"]
 
 NO_CUDA = 3  # the exit status when there is no GPU to check
+NOT_WRITTEN = 4  # the checks ran but their file could not be written: they are printed instead
+OUT_TAKES = ("--out takes a .json file, or a folder (created if need be), that you can write to and that is "
+             "not a symbolic link")
 
 
 def parse_args(argv):
@@ -61,6 +68,9 @@ def parse_args(argv):
                                all_reduce_sizes=sizes or (args.max_bytes,))
     except ValueError as error:
         parser.error(str(error))
+    problem = None if args.schema else out_problem(args.out)
+    if problem:  # now, not after an hour of checks whose results would have nowhere to go
+        parser.error(f"argument --out: cannot write the results to {args.out!r}: {problem}. {OUT_TAKES}")
     return args
 
 
@@ -85,12 +95,20 @@ def main(argv=None) -> int:
     document = assemble(describe_machine(gpus), records, args.options.as_dict(), date=date,
                         command=shlex.join(["python", "-m", "ddp_lab.gpu_check", *argv]),
                         allow_no_gpu=args.allow_no_gpu)
-    path = write(document, args.out)
+    try:
+        path, failure = write(document, args.out), None
+    except (OSError, ValueError) as error:  # checked before the run, but a folder can change meanwhile
+        path, failure = None, error
 
     from ddp_lab.gpu_check.report import report  # text only: needs no matplotlib
 
     print()
     print(report([document]))
+    if failure is not None:
+        print("\nthe results, as JSON (the file could not be written):")
+        print(json.dumps(document, indent=1), flush=True)
+        print(f"python -m ddp_lab.gpu_check: the results file could not be written: {failure}", file=sys.stderr)
+        return NOT_WRITTEN
     print(f"\nresults written to {path}")
     return 1 if document["summary"]["failed"] else 0
 

@@ -24,11 +24,14 @@ The book keeps such files in ``book/part4_running/gpu_results/``
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 from pathlib import Path
 
 __all__ = ["FORMAT", "SCHEMA", "RESULTS_DIR", "RESULTS_FOLDER", "STATUSES", "record",
-           "assemble", "validate", "write", "load", "stored_results", "results_filename"]
+           "assemble", "validate", "write", "load", "stored_results", "results_filename", "results_path",
+           "out_problem"]
 
 FORMAT = "ddp_lab.gpu_check/1"
 STATUSES = ("passed", "failed", "skipped")
@@ -254,15 +257,96 @@ def results_filename(document) -> str:
     return f"{slug}-{document['date'][:10]}.json"
 
 
+def results_path(document, out) -> Path:
+    """Where ``write`` puts ``document``: ``out`` itself if it ends in ``.json``, else
+    ``out / results_filename(document)``."""
+    out = Path(out)
+    return out if out.suffix == ".json" else out / results_filename(document)
+
+
+def out_problem(out) -> str | None:
+    """Why ``out`` (``--out``: a ``.json`` file, or a folder) cannot take a results file,
+    in words; None when it can. It creates nothing.
+
+    ``python -m ddp_lab.gpu_check`` asks before any check runs, so that a bad
+    path is refused before there are results to lose. The file, where ``out``
+    names it, must not be a symbolic link, nor anything but a file. The folder
+    it goes in must be a folder this user can write to, or one that can be
+    created there: the folder, or where it does not exist yet the nearest one
+    above it that does, must not be a symbolic link either, since the file, or
+    the folders to make, would be written through it. Folders further up are
+    only passed through, and may be links (``/tmp`` is one on macOS).
+    """
+    out = Path(out)
+    if out.suffix == ".json":
+        problem = _file_problem(out)
+        if problem:
+            return problem
+        out = out.parent
+    into = out  # the folder written into: ``out``, or the nearest existing one above it
+    while not os.path.lexists(into):
+        into = into.parent
+    if into.is_symlink():
+        return f"{into} is a symbolic link (to {os.readlink(into)}): name the folder itself"
+    if not into.is_dir():
+        return f"{into} is not a folder" if into == out else f"{out} cannot be created: {into} is not a folder"
+    if not os.access(into, os.W_OK | os.X_OK):
+        return (f"{into} is not writable" if into == out
+                else f"{out} cannot be created: {into} is not writable")
+    return None
+
+
+def _file_problem(path: Path) -> str | None:
+    if path.is_symlink():
+        return f"{path} is a symbolic link (to {os.readlink(path)}): the results are never written through one"
+    if path.exists() and not path.is_file():
+        return f"{path} is {'a folder' if path.is_dir() else 'not a plain file'}"
+    return None
+
+
 def write(document, out) -> Path:
     """Write ``document`` to ``out``: a ``.json`` file, or a folder (created if need be)
-    in which it gets the name ``results_filename`` gives. Returns the file's path."""
+    in which it gets the name ``results_filename`` gives. Returns the file's path.
+
+    ValueError, before anything is written, where ``out_problem`` says the path
+    cannot take it (a symbolic link among them). The file appears whole or not
+    at all: the text goes to a new file beside it (created with ``O_EXCL`` and
+    ``O_NOFOLLOW``), which then replaces it (``os.replace``, which replaces a
+    link planted meanwhile rather than writing through it)."""
     validate(document)
-    out = Path(out)
-    path = out if out.suffix == ".json" else out / results_filename(document)
+    path = results_path(document, out)
+    problem = out_problem(path)
+    if problem:
+        raise ValueError(f"cannot write the results to {path}: {problem}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1) + "\n")
+    text = json.dumps(document, indent=1) + "\n"
+    temporary, descriptor = _new_file_beside(path)
+    try:
+        with os.fdopen(descriptor, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise
     return path
+
+
+def _new_file_beside(path: Path):
+    """A new, hidden file in ``path``'s folder, opened for writing: (its path, its descriptor).
+    Mode 0o666 less the umask, as ``open`` would give (``tempfile.mkstemp`` gives 0o600)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        temporary = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return temporary, os.open(temporary, flags, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not make a new file beside {path}")
 
 
 def load(path) -> dict:

@@ -8,20 +8,22 @@ scales) with the shared latency term, marks the current W, and splits each
 time at that W into its latency and bandwidth terms. Formulas:
 :func:`ddp_lab.cost.naive_all_reduce_time` and
 :func:`ddp_lab.cost.collective_time` (``"all_reduce"``), checked against the
-JavaScript by ``tests/test_widgets_js.py``.
+JavaScript by ``tests/test_widgets_js.py``. A world size is refused as those
+functions refuse it; a size, latency or bandwidth that is a bool or not finite
+(which their checks let through) with :mod:`ddp_lab.validate`'s words.
 """
 
 from __future__ import annotations
 
 import math
-
-import traitlets
+from functools import partial
 
 from ddp_lab.cost import collective_time, naive_all_reduce_time
 from ddp_lab.draw.palette import BLUE, VERMILLION
 from ddp_lab.units import format_bytes, format_seconds
+from ddp_lab.validate import check_positive_int, check_positive_number
 
-from .control import Control, figure_html, javascript
+from .control import CheckedFloat, CheckedInt, Control, figure_html, javascript
 
 __all__ = ["AllReduceCost", "all_reduce_times"]
 
@@ -45,10 +47,13 @@ def all_reduce_times(nbytes: float, world_size: int, latency: float, bandwidth: 
 class AllReduceCost(Control):
     """Ring vs naive all-reduce time, Chapter 6 (``book/part2_communication/06_ring_allreduce``)."""
 
-    world_size = traitlets.Int(8, min=2, max=MAX_WORLD_SIZE).tag(sync=True)
-    message_bytes = traitlets.Float(float(64 * 2 ** 20), min=MESSAGE_SIZES[0], max=MESSAGE_SIZES[-1]).tag(sync=True)
-    latency = traitlets.Float(10e-6, min=1e-6, max=1e-3).tag(sync=True)        # seconds
-    bandwidth = traitlets.Float(10e9, min=1e8, max=1e11).tag(sync=True)        # bytes per second
+    world_size = CheckedInt(8, min=2, max=MAX_WORLD_SIZE, check=check_positive_int).tag(sync=True)
+    message_bytes = CheckedFloat(float(64 * 2 ** 20), min=MESSAGE_SIZES[0], max=MESSAGE_SIZES[-1],
+                                 check=partial(check_positive_number, unit="bytes")).tag(sync=True)
+    latency = CheckedFloat(10e-6, min=1e-6, max=1e-3,
+                           check=partial(check_positive_number, unit="seconds")).tag(sync=True)
+    bandwidth = CheckedFloat(10e9, min=1e8, max=1e11,
+                             check=partial(check_positive_number, unit="bytes per second")).tag(sync=True)
 
     _esm = javascript("allreduce_cost.js", {
         "max_world_size": MAX_WORLD_SIZE,

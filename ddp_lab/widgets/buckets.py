@@ -10,18 +10,22 @@ timeline of one backward pass (computation on top, the all-reduces below,
 the part left after the last gradient shaded) and the time against the
 bucket size, with the best size on the slider. Small buckets pay the latency
 n times; large ones leave a long tail. The JavaScript formulas are checked
-against ddp_lab.cost by ``tests/test_widgets_js.py``.
+against ddp_lab.cost by ``tests/test_widgets_js.py``. A world size is refused
+as bucket_schedule refuses it; a size, time, latency or bandwidth that is a
+bool or not finite (which its checks let through) with
+:mod:`ddp_lab.validate`'s words.
 """
 
 from __future__ import annotations
 
-import traitlets
+from functools import partial
 
 from ddp_lab.cost import bucket_schedule, bucketed_backward_time
 from ddp_lab.draw.palette import BLUE, GREEN, VERMILLION
 from ddp_lab.units import format_seconds
+from ddp_lab.validate import check_positive_int, check_positive_number
 
-from .control import Control, figure_html, javascript
+from .control import CheckedFloat, CheckedInt, Control, figure_html, javascript
 
 __all__ = ["BucketTradeoff", "format_mib"]
 
@@ -43,12 +47,17 @@ class BucketTradeoff(Control):
     """DDP's bucket size against the backward pass, Chapter 8
     (``book/part3_ddp/08_distributed_data_parallel``)."""
 
-    gradient_bytes = traitlets.Float(400.0 * MiB, min=GRADIENT_SIZES[0], max=GRADIENT_SIZES[-1]).tag(sync=True)
-    bucket_bytes = traitlets.Float(25.0 * MiB, min=BUCKET_SIZES[0], max=BUCKET_SIZES[-1]).tag(sync=True)
-    backward_seconds = traitlets.Float(0.1, min=1e-3, max=1.0).tag(sync=True)
-    world_size = traitlets.Int(8, min=2, max=MAX_WORLD_SIZE).tag(sync=True)
-    latency = traitlets.Float(50e-6, min=1e-6, max=1e-3).tag(sync=True)       # seconds
-    bandwidth = traitlets.Float(10e9, min=1e8, max=1e11).tag(sync=True)       # bytes per second
+    gradient_bytes = CheckedFloat(400.0 * MiB, min=GRADIENT_SIZES[0], max=GRADIENT_SIZES[-1],
+                                  check=partial(check_positive_number, unit="bytes")).tag(sync=True)
+    bucket_bytes = CheckedFloat(25.0 * MiB, min=BUCKET_SIZES[0], max=BUCKET_SIZES[-1],
+                                check=partial(check_positive_number, unit="bytes")).tag(sync=True)
+    backward_seconds = CheckedFloat(0.1, min=1e-3, max=1.0,
+                                    check=partial(check_positive_number, unit="seconds")).tag(sync=True)
+    world_size = CheckedInt(8, min=2, max=MAX_WORLD_SIZE, check=check_positive_int).tag(sync=True)
+    latency = CheckedFloat(50e-6, min=1e-6, max=1e-3,
+                           check=partial(check_positive_number, unit="seconds")).tag(sync=True)
+    bandwidth = CheckedFloat(10e9, min=1e8, max=1e11,
+                             check=partial(check_positive_number, unit="bytes per second")).tag(sync=True)
 
     _esm = javascript("buckets.js", {
         "gradient_sizes": list(GRADIENT_SIZES),

@@ -29,6 +29,16 @@ JavaScript, or a search engine, sees the default state, and the embed
 manager renders the live control in place of the tag; the control's CSS then
 hides the picture. JupyterLab and Colab prefer the widget view and never
 show the picture.
+
+A control refuses a setting as the Python function it mirrors refuses that
+argument, in the same words: each numeric setting is a :class:`CheckedInt`,
+:class:`CheckedFloat` or :class:`CheckedEnum`, which puts every value
+through that function's own check (one from :mod:`ddp_lab.validate`, or
+the module's where it has its own) before the slider's range. A bool, NaN,
+or a float where a count is wanted (``4.0``) is refused so, where traitlets
+alone would take ``True`` for 1 and ``4.0`` for 4. The refusal is a
+:class:`SettingError`: a ValueError, as the function's, and a TraitError, as
+traitlets' own refusals (a value off the slider) are.
 """
 
 from __future__ import annotations
@@ -40,10 +50,12 @@ import json
 from importlib import resources
 
 import anywidget
+import traitlets
 
 from ddp_lab.draw.palette import BLUE, INK, MUTED_TEXT, VERMILLION
 
-__all__ = ["Control", "javascript", "figure_html", "palette_css"]
+__all__ = ["Control", "javascript", "figure_html", "palette_css", "SettingError", "CheckedInt", "CheckedFloat",
+           "CheckedEnum"]
 
 VIEW_MIMETYPE = "application/vnd.jupyter.widget-view+json"
 
@@ -74,6 +86,38 @@ def figure_html(figure, *, alt: str, dpi: int = 80) -> str:
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
     return (f'<img class="ddp-static-figure" alt="{html.escape(alt)}" '
             f'src="data:image/png;base64,{data}">')
+
+
+class SettingError(traitlets.TraitError, ValueError):
+    """A control's setting refused by the check of the function it mirrors, in that check's words."""
+
+
+class _Checked:
+    """A trait that puts each value through ``check(name, value)`` (which raises ValueError)
+    before its own validation: the type and range checks of traitlets."""
+
+    def __init__(self, *args, check, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.check = check
+
+    def validate(self, obj, value):
+        try:
+            self.check(self.name, value)
+        except ValueError as refusal:
+            raise SettingError(str(refusal)) from None
+        return super().validate(obj, value)
+
+
+class CheckedInt(_Checked, traitlets.Int):
+    """``traitlets.Int`` whose values first pass ``check`` (see :class:`_Checked`)."""
+
+
+class CheckedFloat(_Checked, traitlets.Float):
+    """``traitlets.Float`` whose values first pass ``check`` (see :class:`_Checked`)."""
+
+
+class CheckedEnum(_Checked, traitlets.Enum):
+    """``traitlets.Enum`` whose values first pass ``check`` (see :class:`_Checked`)."""
 
 
 class Control(anywidget.AnyWidget):

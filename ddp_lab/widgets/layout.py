@@ -7,7 +7,8 @@ inside, each process a coloured box over the GPUs it drives, labelled with
 its global rank R_g and local rank R_l, and the table of
 :meth:`ddp_lab.Topology.format_table` below it. A number of GPUs per process
 that does not divide the GPUs per node is refused with Topology's own
-ValueError message, which lists the allowed values.
+ValueError message, which lists the allowed values; a count that is not an
+int (``True``, ``4.0``, NaN) is refused as Topology refuses it, with its words.
 
 It runs in JupyterLab, Colab and the static book (see
 :mod:`ddp_lab.widgets.control`); in a kernel, the Python object follows the
@@ -25,12 +26,10 @@ from __future__ import annotations
 
 import html
 
-import traitlets
-
 from ddp_lab.draw.palette import INK, OKABE_ITO, PANEL
-from ddp_lab.topology import Topology
+from ddp_lab.topology import Topology, _require_count
 
-from .control import Control, figure_html, javascript
+from .control import CheckedInt, Control, figure_html, javascript
 
 __all__ = ["LayoutExplorer", "MAX_NODES", "MAX_GPUS_PER_NODE"]
 
@@ -41,9 +40,10 @@ MAX_GPUS_PER_NODE = 8
 class LayoutExplorer(Control):
     """The layout explorer of Chapter 2 (``book/part1_foundations/02_nodes_and_ranks``)."""
 
-    nodes = traitlets.Int(2, min=1, max=MAX_NODES).tag(sync=True)
-    gpus_per_node = traitlets.Int(4, min=1, max=MAX_GPUS_PER_NODE).tag(sync=True)
-    gpus_per_process = traitlets.Int(1, min=1, max=MAX_GPUS_PER_NODE).tag(sync=True)
+    # each count refused as Topology refuses it (its own check: a lesson of Chapter 2)
+    nodes = CheckedInt(2, min=1, max=MAX_NODES, check=_require_count).tag(sync=True)
+    gpus_per_node = CheckedInt(4, min=1, max=MAX_GPUS_PER_NODE, check=_require_count).tag(sync=True)
+    gpus_per_process = CheckedInt(1, min=1, max=MAX_GPUS_PER_NODE, check=_require_count).tag(sync=True)
 
     _esm = javascript("layout.js", {
         "palette": list(OKABE_ITO),  # a process's colour, by its local rank, as ddp_lab.draw.layout colours it

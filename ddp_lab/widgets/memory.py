@@ -22,8 +22,9 @@ import traitlets
 
 from ddp_lab.draw.palette import VERMILLION
 from ddp_lab.memory import OPTIMIZERS, PRECISIONS, STAGES, bytes_per_parameter, memory_per_rank
+from ddp_lab.validate import check_positive_int, check_positive_number
 
-from .control import Control, figure_html, javascript
+from .control import CheckedEnum, CheckedFloat, Control, figure_html, javascript
 
 __all__ = ["MemoryCalculator", "WORLD_SIZES"]
 
@@ -66,12 +67,14 @@ class MemoryCalculator(Control):
     """The memory calculator of Chapter 15 (``book/part5_beyond/15_beyond_ddp``)
     and Lab 6 (``labs/lab6_memory``)."""
 
-    num_parameters = traitlets.Float(7.5e9, min=1e8, max=1e11).tag(sync=True)
-    world_size = traitlets.Enum(WORLD_SIZES, default_value=64).tag(sync=True)
+    # the numbers refused as memory_per_rank refuses them (a bool, NaN; a float world size)
+    num_parameters = CheckedFloat(7.5e9, min=1e8, max=1e11, check=check_positive_number).tag(sync=True)
+    world_size = CheckedEnum(WORLD_SIZES, default_value=64, check=check_positive_int).tag(sync=True)
     precision = traitlets.Enum(PRECISIONS, default_value="mixed").tag(sync=True)
     optimizer = traitlets.Enum(OPTIMIZERS, default_value="adam").tag(sync=True)
     stage = traitlets.Enum(("all",) + STAGES, default_value="all").tag(sync=True)
-    capacity_gb = traitlets.Float(80.0, min=CAPACITY_RANGE[0], max=CAPACITY_RANGE[1]).tag(sync=True)
+    capacity_gb = CheckedFloat(80.0, min=CAPACITY_RANGE[0], max=CAPACITY_RANGE[1],
+                               check=check_positive_number).tag(sync=True)
 
     _esm = javascript("memory.js", _constants())
 

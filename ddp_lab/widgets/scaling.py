@@ -1,4 +1,4 @@
-"""Chapter 12's scaling model, to play with: when does data parallelism stop scaling?
+"""Chapter 12b's scaling model, to play with: when does data parallelism stop scaling?
 
 The reader picks a model size, a cluster (GPUs per node, nodes, the link
 inside a node, the network card and how many of them per node), a GPU and
@@ -18,12 +18,14 @@ The control shows what :mod:`ddp_lab.cost.scaling` answers:
 
 The network: a flat ring leaves each node through all its cards at once
 (NCCL runs a ring per card), so a node sends at ``cards x`` one card's
-bandwidth; the hierarchical all-reduce of Chapter 12 sends through one
+bandwidth; the hierarchical all-reduce of Chapter 12b sends through one
 leader per node, hence one card. Links and GPUs come from
 :data:`ddp_lab.cost.links.LINKS` and :data:`ddp_lab.cost.scaling.GPUS`, with their
 sources. The JavaScript repeats the formulas; ``tests/test_widgets_js.py``
 checks them against Python on a grid. In a kernel, ``control.result`` is
-Python's answer for the setting on screen.
+Python's answer for the setting on screen. A setting that is a bool, NaN, or
+a float where a count is wanted is refused as :mod:`ddp_lab.cost.scaling`
+refuses that argument, in its words.
 
 >>> control = ScalingModel(parameters=7e9, nodes=16, tokens_per_gpu=1024)
 >>> round(control.result["all_reduce"] * 1e3), f"{control.result['efficiency_serial']:.0%}"
@@ -41,8 +43,9 @@ from ddp_lab.cost.links import LINKS, Link
 from ddp_lab.draw.memory import describe_parameters
 from ddp_lab.draw.palette import BLUE, GREEN, SKY_BLUE, VERMILLION
 from ddp_lab.units import format_seconds
+from ddp_lab.validate import check_positive_int, is_number
 
-from .control import Control, figure_html, javascript
+from .control import CheckedEnum, CheckedFloat, CheckedInt, Control, figure_html, javascript
 
 __all__ = ["ScalingModel", "scaling_model", "NODES", "GPUS_PER_NODE", "TOKENS", "UTILISATIONS",
            "INTRA_LINKS", "INTER_LINKS"]
@@ -91,6 +94,14 @@ def scaling_model(parameters: float, gpus_per_node: int, nodes: int, intra: str,
     }
 
 
+def _check_utilisation(name, value):
+    """compute_seconds' own check of the utilisation (NaN, 0, above 1), after
+    refusing what it lets through (a bool: True < 1) as it refuses its other numbers."""
+    if not is_number(value):
+        scaling._positive(name, value)
+    scaling.compute_seconds(1.0, 1.0, 1.0, value)
+
+
 def _constants() -> dict:
     def link(key):
         found = LINKS[key]
@@ -114,19 +125,22 @@ def _constants() -> dict:
 
 
 class ScalingModel(Control):
-    """When data parallelism stops scaling, Chapter 12 (``book/part4_running/12_multi_node``)."""
+    """When data parallelism stops scaling, Chapter 12b (``book/part4_running/12b_scaling_limits``)."""
 
-    parameters = traitlets.Float(7e9, min=PARAMETER_RANGE[0], max=PARAMETER_RANGE[1]).tag(sync=True)
-    gpus_per_node = traitlets.Enum(GPUS_PER_NODE, default_value=8).tag(sync=True)
-    nodes = traitlets.Enum(NODES, default_value=16).tag(sync=True)
+    # the numbers go through the checks of ddp_lab.cost.scaling (and of ddp_lab.cost.links, whose
+    # all-reduce its flat ring is) before the choices: True is not 1 GPU, nor 4.0 four nodes
+    parameters = CheckedFloat(7e9, min=PARAMETER_RANGE[0], max=PARAMETER_RANGE[1],
+                              check=scaling._positive).tag(sync=True)
+    gpus_per_node = CheckedEnum(GPUS_PER_NODE, default_value=8, check=check_positive_int).tag(sync=True)
+    nodes = CheckedEnum(NODES, default_value=16, check=check_positive_int).tag(sync=True)
     intra = traitlets.Enum(INTRA_LINKS, default_value="nvlink").tag(sync=True)
     inter = traitlets.Enum(INTER_LINKS, default_value="infiniband").tag(sync=True)
-    cards = traitlets.Int(8, min=1, max=MAX_CARDS).tag(sync=True)
-    tokens_per_gpu = traitlets.Enum(TOKENS, default_value=4096.0).tag(sync=True)
+    cards = CheckedInt(8, min=1, max=MAX_CARDS, check=check_positive_int).tag(sync=True)
+    tokens_per_gpu = CheckedEnum(TOKENS, default_value=4096.0, check=scaling._positive).tag(sync=True)
     gpu = traitlets.Enum(tuple(scaling.GPUS), default_value="h100").tag(sync=True)
-    utilisation = traitlets.Enum(UTILISATIONS, default_value=0.4).tag(sync=True)
+    utilisation = CheckedEnum(UTILISATIONS, default_value=0.4, check=_check_utilisation).tag(sync=True)
     algorithm = traitlets.Enum(ALGORITHMS, default_value="flat").tag(sync=True)
-    bytes_per_gradient = traitlets.Enum((2, 4), default_value=2).tag(sync=True)
+    bytes_per_gradient = CheckedEnum((2, 4), default_value=2, check=check_positive_int).tag(sync=True)
 
     _esm = javascript("scaling.js", _constants())
 

@@ -16,14 +16,15 @@ One plain file you can copy: it runs unchanged on CPUs (gloo) and on GPUs
 
 How it survives a failure. Every ``--snapshot-every`` steps, and at the end of
 every epoch, rank 0 writes a *snapshot*: the model, the optimizer, where the
-run is (epoch, batches of the epoch already used, step) and the random number
-generator state of every rank. It writes to a temporary file and renames it
-over the old snapshot, so a crash during the write leaves the previous
-snapshot intact. When torchrun restarts the workers after a failure, every
-rank loads the snapshot and carries on from there: same epoch, same shuffle,
-the batches it had already used skipped, same random numbers. On CPU the
-final weights are then equal, bit for bit, to those of a run that never
-failed.
+run is (epoch, batches of the epoch already used, step), the random number
+generator state of every rank, and the run's ``--seed``, ``--samples`` and
+``--hidden`` (a snapshot of another run is refused, not resumed). It writes
+to a temporary file and renames it over the old snapshot, so a crash during
+the write leaves the previous snapshot intact. When torchrun restarts the
+workers after a failure, every rank loads the snapshot and carries on from
+there: same epoch, same shuffle, the batches it had already used skipped,
+same random numbers. On CPU the final weights are then equal, bit for bit,
+to those of a run that never failed.
 
 Why ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in front of a torchrun that may
 restart. By default torchrun's agent hosts one key-value store for every
@@ -43,6 +44,7 @@ The task is synthetic, drawn from ``--seed``: nothing is downloaded.
 
 import argparse
 import contextlib
+import math
 import os
 import random
 import socket
@@ -73,6 +75,17 @@ def at_least(minimum):
     return whole_number
 
 
+def finite_positive(text):
+    """An argparse ``type``: a finite number above 0 (``inf`` and ``nan`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         description="Train a small classifier with DDP; run it with torchrun "
@@ -83,7 +96,7 @@ def build_parser():
                         help="passes over the training set (0: only set up, print, and stop)")
     parser.add_argument("--batch-size", type=at_least(1), default=16,
                         help="samples per step on each rank; the global batch is this times WORLD_SIZE")
-    parser.add_argument("--lr", type=float, default=3e-3, help="learning rate of AdamW")
+    parser.add_argument("--lr", type=finite_positive, default=3e-3, help="learning rate of AdamW")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the data, the initial weights, the shuffle and the dropout")
     parser.add_argument("--samples", type=at_least(1), default=512, help="size of the synthetic training set")
@@ -96,8 +109,8 @@ def build_parser():
     parser.add_argument("--final", default=None,
                         help="where rank 0 saves the final weights (a state_dict), if given")
     parser.add_argument("--fail-at-step", type=at_least(1), default=None,
-                        help="inject a failure: crash in the middle of this step (counted from 1), "
-                        "on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0)")
+                        help="inject a failure: crash in the middle of this step (counted from 1, "
+                        "at most the run's last step), on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0)")
     parser.add_argument("--fail-rank", type=at_least(0), default=0,
                         help="the global rank that crashes (below WORLD_SIZE)")
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
@@ -116,6 +129,7 @@ def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     check_fail_rank(parser, args.fail_rank)
+    check_fail_at_step(parser, args)
     warn_if_restarts_share_a_store()
     return args
 
@@ -127,6 +141,26 @@ def check_fail_rank(parser, fail_rank):
         ranks = "0" if world_size == 1 else f"0 to {world_size - 1}"
         parser.error(f"argument --fail-rank: must be a rank of this job, {ranks} "
                      f"(WORLD_SIZE={world_size}), got {fail_rank}")
+
+
+def steps_per_epoch(samples, batch_size, world_size):
+    """Optimizer steps in one epoch: DistributedSampler gives each rank ceil(samples / WORLD_SIZE)
+    samples (repeating some to even the ranks out), cut into batches, the last one maybe short."""
+    return math.ceil(math.ceil(samples / world_size) / batch_size)
+
+
+def check_fail_at_step(parser, args):
+    """``--fail-at-step`` must be a step of this run (its steps are counted from 1 to the last),
+    or the failure it asks for would never come: known from WORLD_SIZE, before training."""
+    if args.fail_at_step is None:
+        return
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    per_epoch = steps_per_epoch(args.samples, args.batch_size, world_size)
+    steps = args.epochs * per_epoch
+    if args.fail_at_step > steps:
+        parser.error(f"argument --fail-at-step: must be a step of this run, which has {steps} "
+                     f"({args.epochs} epoch(s) of {per_epoch}: --samples {args.samples} over "
+                     f"WORLD_SIZE={world_size} in batches of {args.batch_size}), got {args.fail_at_step}")
 
 
 def warn_if_restarts_share_a_store():
@@ -267,7 +301,8 @@ def save_snapshot(path, snapshot):
     os.replace(tmp, path)
 
 
-SNAPSHOT_KEYS = ("model", "optimizer", "epoch", "batches_done", "step", "rng", "world_size", "seed")
+SNAPSHOT_KEYS = ("model", "optimizer", "epoch", "batches_done", "step", "rng", "world_size")
+RUN_KEYS = ("seed", "samples", "hidden")  # the run it belongs to: not all in an older train.py's snapshots
 
 
 def load_snapshot(path):
@@ -291,6 +326,41 @@ def load_snapshot(path):
     if missing:
         raise SystemExit(unusable_snapshot(path, f"it holds no {', '.join(missing)}"))
     return snapshot
+
+
+def check_resume(snapshot, args, rank):
+    """Before resuming: is ``snapshot`` from this run, and is anything left to train?
+
+    A snapshot of another run (another ``--seed``, ``--samples`` or
+    ``--hidden``) stops the job on every rank, naming both values: resumed,
+    it would mix two runs, or fail to load. One written by an older train.py,
+    which did not record them all, is resumed, and rank 0 says which it could
+    not check (the hidden size, it reads from the weights). One whose run is
+    already over is resumed too, and trains nothing: rank 0 says so, and how
+    to start over. That is a notice, not an error, because it is also what a
+    restart finds when a rank fails after the last snapshot: the work is done,
+    and ``--final`` still gets the weights.
+    """
+    recorded = {name: snapshot.get(name) for name in RUN_KEYS}
+    if recorded["hidden"] is None:  # an older snapshot: the width of the first layer says it
+        weight = snapshot["model"].get("stage1.0.weight") if isinstance(snapshot["model"], dict) else None
+        recorded["hidden"] = int(weight.shape[0]) if isinstance(weight, torch.Tensor) else None
+    differ = [name for name, value in recorded.items() if value is not None and value != getattr(args, name)]
+    if differ:
+        theirs = " ".join(f"--{name} {recorded[name]}" for name in differ)
+        ours = " ".join(f"--{name} {getattr(args, name)}" for name in differ)
+        raise SystemExit(f"error: --snapshot {args.snapshot} is from a run with {theirs}, not {ours}: "
+                         f"pass {theirs} to resume it, or delete it (or pass --snapshot another path) "
+                         f"to start over")
+    unknown = [f"--{name}" for name, value in recorded.items() if value is None]
+    if unknown:
+        log(f"{args.snapshot} does not record its run's {', '.join(unknown)} (an older train.py wrote it): "
+            f"resuming without checking {'it' if len(unknown) == 1 else 'them'}", rank)
+    epoch = snapshot["epoch"]
+    if args.epochs and epoch >= args.epochs:
+        run = (f"a finished run (epoch {epoch} of {args.epochs})" if epoch == args.epochs
+               else f"a run already at epoch {epoch}, past --epochs {args.epochs}")
+        log(f"{args.snapshot} is from {run}: nothing to train; delete it or pass --snapshot another path", rank)
 
 
 def unusable_snapshot(path, reason):
@@ -318,6 +388,8 @@ def take_snapshot(path, rank, model, optimizer, epoch, batches_done, step, args)
             "rng": rng_states,             # one entry per rank
             "world_size": dist.get_world_size(),
             "seed": args.seed,
+            "samples": args.samples,
+            "hidden": args.hidden,
         })
     dist.barrier()
 
@@ -360,6 +432,7 @@ def main(argv=None):
 
     snapshot = load_snapshot(args.snapshot)
     if snapshot is not None:
+        check_resume(snapshot, args, rank)  # from this run? anything left to train?
         model.load_state_dict(snapshot["model"])
         epoch, batches_done, step = snapshot["epoch"], snapshot["batches_done"], snapshot["step"]
         if snapshot["world_size"] == world_size:
