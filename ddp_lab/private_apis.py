@@ -105,7 +105,7 @@ PRIVATE_APIS = (
         "torch.nn.parallel.DistributedDataParallel._get_ddp_logging_data",
         ("book/part3_ddp/08_distributed_data_parallel.ipynb", "ddp_lab/cluster/measure.py"),
         "The bucket sizes DDP settled on after its first iterations: Chapter 8 prints them, and "
-        "Chapter 12's settings (cluster/measure.py) were chosen from them. No public API tells.", TORCH),
+        "Chapter 12b's settings (cluster/measure.py) were chosen from them. No public API tells.", TORCH),
     PrivateAPI(
         "torch.distributed.ProcessGroup._get_sequence_number_for_group",
         ("book/part2_communication/05_collectives.ipynb",),

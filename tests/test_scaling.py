@@ -1,4 +1,4 @@
-"""The scaling cost model of Chapter 12: its arithmetic, checked by hand, and
+"""The scaling cost model of Chapter 12b: its arithmetic, checked by hand, and
 the published results it is compared with (ddp_lab.cost.published_scaling)."""
 
 import dataclasses

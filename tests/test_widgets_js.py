@@ -203,7 +203,7 @@ def test_bucket_schedule_agrees_with_cost(formulas):
 
 
 def test_scaling_model_agrees_with_scaling(formulas):
-    """Chapter 12's control against ddp_lab.cost.scaling, through scaling_model, on a
+    """Chapter 12b's control against ddp_lab.cost.scaling, through scaling_model, on a
     grid of every kind of input (both algorithms, one node and many, 1 to 8
     cards, the two GPUs, 16- and 32-bit gradients)."""
     cases = [list(c) for c in itertools.product(

@@ -7,5 +7,5 @@
 - ``slurm_sandbox``: an sbatch script and srun's tasks run here, without Slurm (Chapter 13);
 - ``namespaces``: a cluster on this one Linux machine, each node a network namespace
   with its own interface and address, joined by a link whose speed ``tc`` sets (Chapter 12);
-- ``measure``: Chapter 12's experiments on that cluster, and the stored run.
+- ``measure``: the experiments of Chapters 12 and 12b on that cluster, and the stored run.
 """

@@ -1,4 +1,4 @@
-"""What Chapter 12 measures on the namespace cluster, run inside the ranks.
+"""What Chapters 12 and 12b measure on the namespace cluster, run inside the ranks.
 
 Each function runs on every rank of a :meth:`Cluster.launch
 <ddp_lab.cluster.namespaces.Cluster.launch>` of N nodes x G ranks (nodes
@@ -101,7 +101,7 @@ def flat_vs_hierarchical(sizes, ranks_per_node, repeats=5):
 
 
 # name -> (DDP keyword arguments, micro-batches per optimizer step under no_sync)
-# For Chapter 12's MLP (1.5 MiB of gradients), DDP's default makes two buckets
+# For Chapter 12b's MLP (1.5 MiB of gradients), DDP's default makes two buckets
 # after its first iterations (fc3 + fc2, then fc1: _get_ddp_logging_data()
 # says 1071144 and 526336 bytes); 25 MiB written out makes one. A smaller cap
 # makes no more: a bucket closes only after the tensor that fills it, and
@@ -163,12 +163,12 @@ def _from_rank0(value):
     return box[0]
 
 
-# -- Chapter 12's experiments, live or stored -----------------------------------------------
+# -- The experiments of Chapters 12 and 12b, live or stored -----------------------------------
 
 KiB, MiB = 1024, 1024 * 1024
-# What Chapter 12 measures: one entry per experiment, (link rate in Mbit/s,
-# function, keyword arguments). A stored run (``python -m
-# ddp_lab.cluster.measure --out FILE``) and the chapter's live cells run the
+# What Chapters 12 and 12b measure: one entry per experiment, (link rate in
+# Mbit/s, function, keyword arguments). A stored run (``python -m
+# ddp_lab.cluster.measure --out FILE``) and the chapters' live cells run the
 # same entries, so the two are the same experiment.
 #
 # The link is measured at 400 Mbit/s, not at the cluster's 1 Gbit/s: every
@@ -337,7 +337,7 @@ STORED = Path(__file__).resolve().parents[2] / "book" / "part4_running" / "clust
 
 
 def stored_results(path=STORED):
-    """The committed run of :func:`record` (Chapter 12 shows it where the cluster cannot be built)."""
+    """The committed run of :func:`record` (Chapters 12 and 12b show it where the cluster cannot be built)."""
     import json
 
     try:
@@ -350,7 +350,7 @@ def stored_results(path=STORED):
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="Run Chapter 12's measurements on a namespace cluster "
+    parser = argparse.ArgumentParser(description="Run the measurements of Chapters 12 and 12b on a namespace cluster "
                                      "(needs root) and store them as JSON.")
     parser.add_argument("--out", required=True, help="the JSON file to write")
     print(record(parser.parse_args().out)["date"])

@@ -6,7 +6,7 @@
 - ``step_trace``: what each rank sent, received and held, step by step;
 - ``before_after``: what a rank held before and after a collective (Chapter 5's pictures);
 - ``hierarchical``: an all-reduce that knows which ranks share a node (reduce in the
-  node, all-reduce between node leaders, broadcast in the node), from ``new_group`` (Chapter 12);
+  node, all-reduce between node leaders, broadcast in the node), from ``new_group`` (Chapter 12b);
 - ``traced_all_reduce``: the one notebook-side module here: it starts ranks
   with ``ddp_lab.launch`` and brings their traces back (Chapter 6).
 

@@ -1,4 +1,4 @@
-"""Hierarchical all-reduce: talk across the slow link as little as possible (Chapter 12).
+"""Hierarchical all-reduce: talk across the slow link as little as possible (Chapter 12b).
 
 A flat ring all-reduce (gloo's, and NCCL's ring) sends every rank's data to
 its neighbour in rank order. On N nodes of G ranks, the ring crosses from

@@ -9,11 +9,11 @@ fed with sizes, latencies and bandwidths. The modules build on each other:
   the naive all-reduce (Chapter 6) and DDP's buckets (Chapter 8);
 - ``links``: the book's one table of links (NVLink, PCIe, InfiniBand,
   Ethernet), each with its source, and a ring all-reduce over nodes, at the
-  pace of its slowest link (Chapters 1 and 12);
+  pace of its slowest link (Chapters 1 and 12b);
 - ``scaling``: the cost of one DDP step on a cluster, and when data
-  parallelism stops scaling (Chapter 12);
+  parallelism stops scaling (Chapter 12b);
 - ``published_scaling``: scaling results others published, and what the
-  model predicts for them (Chapter 12).
+  model predicts for them (Chapter 12b).
 
 The alpha-beta model is what most pages use, so its names are also this
 package's own (``from ddp_lab.cost import collective_time``, ``from ddp_lab

@@ -29,7 +29,7 @@ link actually ran at, so it can be compared with the hardware's link speed and
 across world sizes. This is the convention of nccl-tests.
 
 Used in Chapters 4 and 5, by the benchmarks, and by ``ddp_lab.cost.links`` and
-``ddp_lab.cost.scaling`` (Chapter 12); ``ddp_lab.cost`` exports every name of it.
+``ddp_lab.cost.scaling`` (Chapter 12b); ``ddp_lab.cost`` exports every name of it.
 """
 
 from __future__ import annotations

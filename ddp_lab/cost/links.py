@@ -1,4 +1,4 @@
-"""What the links of a cluster cost: typical figures, and a ring all-reduce over nodes (Chapter 12).
+"""What the links of a cluster cost: typical figures, and a ring all-reduce over nodes (Chapter 12b).
 
 :func:`allreduce_seconds` applies the ring all-reduce cost model of
 :mod:`ddp_lab.cost.alpha_beta` to a job laid out over nodes: a ring runs at the speed
@@ -37,10 +37,10 @@ class Link:
     source: str = ""
 
 
-# The book's one table of link speeds: Chapter 1 teaches it, Chapter 12, the
+# The book's one table of link speeds: Chapter 1 teaches it, Chapter 12b, the
 # scaling model and its control (ddp_lab.widgets.scaling) use it; NVLink 1 and
 # 40/50 Gb/s Ethernet are the hardware of the published results that
-# Chapter 12 compares the model with (ddp_lab.cost.published_scaling).
+# Chapter 12b compares the model with (ddp_lab.cost.published_scaling).
 # Bandwidths are the vendors' rated figures, one direction (vendors quote
 # NVLink and PCIe for both directions together: halved here). Real transfers
 # reach somewhat less. Latencies are the per-step latency NCCL's own tuning

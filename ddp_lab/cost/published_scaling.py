@@ -1,6 +1,6 @@
-"""Published data-parallel scaling results, and what the cost model predicts for them (Chapter 12).
+"""Published data-parallel scaling results, and what the cost model predicts for them (Chapter 12b).
 
-Chapter 12's cost model (:mod:`ddp_lab.cost.scaling`) is calibrated twice: on the
+Chapter 12b's cost model (:mod:`ddp_lab.cost.scaling`) is calibrated twice: on the
 namespace cluster, and here, on measurements that others published. Each
 :class:`PublishedRun` is one such measurement, written down with everything
 the model needs and where each figure is printed:
@@ -22,7 +22,7 @@ as it can be (overlap). A published efficiency between the two says the
 model has the right ingredients; one below the no-overlap bound says the
 real system lost time the model does not know about.
 
-The sources, quoted in Chapter 12:
+The sources, quoted in Chapter 12b:
 
 * Horovod's README, commit ``6bb6a2db^`` of ``horovod/horovod`` (October
   2017): single-GPU baselines (batch size 64) and speed-ups on 16 GPUs

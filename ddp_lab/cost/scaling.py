@@ -1,4 +1,4 @@
-"""When does data parallelism stop scaling? One cost model for a DDP step (Chapter 12).
+"""When does data parallelism stop scaling? One cost model for a DDP step (Chapter 12b).
 
 A DDP step on W ranks is the compute of one rank plus whatever part of the
 gradient all-reduce the backward pass did not hide:

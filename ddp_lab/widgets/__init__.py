@@ -11,7 +11,7 @@ One module per control, each named after what it shows:
   against naive all-reduce time as the world and the message grow;
 - :class:`~ddp_lab.widgets.buckets.BucketTradeoff` (Chapter 8): DDP's
   bucket size against the time a backward pass waits for its gradients;
-- :class:`~ddp_lab.widgets.scaling.ScalingModel` (Chapter 12): the cost
+- :class:`~ddp_lab.widgets.scaling.ScalingModel` (Chapter 12b): the cost
   of a DDP step on a cluster, and when data parallelism stops scaling.
 
 :mod:`ddp_lab.widgets.control` says how a control is built (an anywidget

@@ -206,7 +206,7 @@ function formatSeconds(seconds) {
   return `${formatG(seconds, 3)} s`;
 }
 
-/** ddp_lab.draw.memory.describe_parameters: 7.5e9 -> "7.5B" (Chapters 12 and 15). */
+/** ddp_lab.draw.memory.describe_parameters: 7.5e9 -> "7.5B" (Chapters 12b and 15). */
 function describeParameters(count) {
   for (const [size, suffix] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "K"]]) {
     if (count >= size) return formatG(count / size, 3) + suffix;

@@ -1,4 +1,4 @@
-// scaling.js: Chapter 12's scaling model (ddp_lab/widgets/scaling.py).
+// scaling.js: Chapter 12b's scaling model (ddp_lab/widgets/scaling.py).
 //
 // The formulas of ddp_lab/cost/scaling.py, each named after the Python function it
 // repeats, with the cost of a ring collective from ddp_lab/cost/alpha_beta.py:
