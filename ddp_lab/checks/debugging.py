@@ -225,6 +225,7 @@ def _run_in_rank(path: str, argv: list[str]):
     def init_then_start_clock(*args, **kwargs):
         original_init(*args, **kwargs)
         started.append(time.perf_counter())  # start-up is neither computing nor waiting
+        timer.start()  # the first step's clock
 
     def count_step(optimizer, args, kwargs):
         timer.step()

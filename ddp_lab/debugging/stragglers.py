@@ -35,12 +35,27 @@ __all__ = ["WaitComputeTimer", "RankTimes", "StragglerVerdict", "find_straggler"
 
 @dataclass(frozen=True)
 class RankTimes:
-    """One rank's totals: seconds computing and seconds waiting, over ``steps`` steps."""
+    """One rank's totals: seconds computing and seconds waiting, over ``steps`` steps.
+
+    ``step_compute_s``: the median over the steps of one step's computing
+    time, when the steps were timed one by one (None otherwise). A median
+    step is what a straggler is judged by: a rank slow at *every* step holds
+    the others back at every step, while one that the machine paused once
+    (another process took its core) is merely unlucky.
+    """
 
     rank: int
     compute_s: float
     wait_s: float
     steps: int
+    step_compute_s: float | None = None
+
+    @property
+    def typical_step_s(self) -> float:
+        """Computing per step: the median step if known, else the mean."""
+        if self.step_compute_s is not None:
+            return self.step_compute_s
+        return self.compute_s / max(self.steps, 1)
 
     def __str__(self) -> str:
         per_step = max(self.steps, 1)
@@ -71,9 +86,17 @@ class WaitComputeTimer:
         self.compute_s = 0.0
         self.wait_s = 0.0
         self.steps = 0
+        self._step_computes = []  # one entry per step: seconds computing in it
+        self._mark = None  # (clock, wait_s, compute_s) when the current step began
+
+    def start(self):
+        """Start the clock of the first step (else it starts at the first ``computing()``)."""
+        self._mark = (time.perf_counter(), self.wait_s, self.compute_s)
 
     @contextmanager
     def computing(self):
+        if self._mark is None:
+            self.start()
         start = time.perf_counter()
         try:
             yield
@@ -89,15 +112,28 @@ class WaitComputeTimer:
             self.wait_s += time.perf_counter() - start
 
     def step(self):
-        """Count one step (for the per-step figures)."""
+        """Count one step, and keep its computing time (for the median step).
+
+        The step's computing time is what ``computing()`` measured in it; a
+        caller that times no ``computing()`` block (Lab 5b's checker, which
+        times whole scripts) gets the step's clock time minus its waiting.
+        """
         self.steps += 1
+        now = time.perf_counter()
+        if self._mark is not None:
+            began, waited, computed = self._mark
+            in_blocks = self.compute_s - computed
+            self._step_computes.append(in_blocks if in_blocks > 0 else (now - began) - (self.wait_s - waited))
+        self._mark = (now, self.wait_s, self.compute_s)
 
     def gather(self, group=None) -> list[RankTimes]:
         """Every rank's totals, in rank order, on every rank (a collective)."""
-        mine = torch.tensor([self.compute_s, self.wait_s, float(self.steps)], dtype=torch.float64)
+        median = statistics.median(self._step_computes) if self._step_computes else float("nan")
+        mine = torch.tensor([self.compute_s, self.wait_s, float(self.steps), median], dtype=torch.float64)
         everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
         dist.all_gather(everyone, mine, group=group)
-        return [RankTimes(rank, float(t[0]), float(t[1]), int(t[2])) for rank, t in enumerate(everyone)]
+        return [RankTimes(rank, float(t[0]), float(t[1]), int(t[2]), None if t[3].isnan() else float(t[3]))
+                for rank, t in enumerate(everyone)]
 
 
 @dataclass(frozen=True)
@@ -131,21 +167,22 @@ def find_straggler(times: list[RankTimes], *, tolerance: float = 0.25,
                    min_excess_per_step_s: float = 0.01) -> StragglerVerdict:
     """Name the rank that makes the others wait, if any.
 
-    The slowest rank (longest computing) is a straggler when its compute
-    time exceeds the median of the other ranks' by more than ``tolerance``
-    (a fraction of that median) *and* by more than
-    ``min_excess_per_step_s`` per step: a few milliseconds of scheduling
-    noise on a shared machine are not a straggler.
+    The slowest rank (longest computing per step: its median step when the
+    steps were timed one by one, ``RankTimes.typical_step_s``) is a
+    straggler when that exceeds the median of the other ranks' by more than
+    ``tolerance`` (a fraction of it) *and* by more than
+    ``min_excess_per_step_s``: a few milliseconds of scheduling noise on a
+    shared machine are not a straggler, nor is a rank that was paused in a
+    few steps only.
     """
     if len(times) < 2:
         raise ValueError(f"find_straggler needs the times of at least 2 ranks, got {len(times)}")
     if tolerance < 0 or min_excess_per_step_s < 0:
         raise ValueError(f"tolerance and min_excess_per_step_s must be >= 0, got {tolerance!r}, "
                          f"{min_excess_per_step_s!r}")
-    slowest = max(times, key=lambda t: t.compute_s)
+    slowest = max(times, key=lambda t: t.typical_step_s)
     least_waiting = min(times, key=lambda t: t.wait_s)
-    others = statistics.median(t.compute_s for t in times if t.rank != slowest.rank)
-    steps = max(slowest.steps, 1)
-    excess = (slowest.compute_s - others) / steps
-    is_straggler = (slowest.compute_s > others * (1 + tolerance) and excess > min_excess_per_step_s)
+    others = statistics.median(t.typical_step_s for t in times if t.rank != slowest.rank)
+    excess = slowest.typical_step_s - others
+    is_straggler = (slowest.typical_step_s > others * (1 + tolerance) and excess > min_excess_per_step_s)
     return StragglerVerdict(slowest.rank if is_straggler else None, slowest.rank, least_waiting.rank, excess)
