@@ -91,6 +91,33 @@ def test_kept_output_is_the_first_and_last_lines_and_says_what_was_dropped():
     assert output.take() == "short\n"  # nothing dropped, nothing said
 
 
+def test_a_redrawn_line_longer_than_what_is_kept_shows_its_last_state():
+    # A progress line redrawn with \r, longer than the first and last KEEP_CHARS
+    # together (about 1 MiB): the middle is dropped, and the line cut in two
+    # must still show its last state, not an old (and truncated) one from the head.
+    def progress_of(steps):
+        return "".join(f"\rstep {i:07d}" for i in range(steps))
+
+    for before, after in (("", "\ndone\n"), ("start\n", "\ndone\n"), ("start\n", "")):
+        output = RankOutput()
+        data = (before + progress_of(100_000) + after).encode()  # 1.3 MB
+        for start in range(0, len(data), 65536):
+            output.feed(data[start:start + 65536])
+        lines = split_lines(output.take())
+        assert "step 0099999" in lines, lines[:2] + lines[-2:]
+        shown = [line for line in lines if line.startswith("step")]
+        assert shown == ["step 0099999"], shown[:3]
+        assert lines[0] == (before.strip() or lines[0]) and "not shown" in lines[1 if before else 0]
+        assert lines[-1] == ("done" if after else "step 0099999")
+
+    small = RankOutput(keep=20)
+    for piece in ("top\n", *progress_of(30).split("\r")[1:], "\nend\n"):
+        small.feed(("\r" + piece if piece.startswith("step") else piece).encode())
+    text = small.take()
+    assert "not shown" in text and split_lines(text)[0] == "top"
+    assert split_lines(text)[2:] == ["step 0000029", "end"]
+
+
 def test_lines_are_split_as_a_terminal_shows_them():
     assert split_lines("a\nb\r\nc") == ["a", "b", "c"]  # as str.splitlines
     assert split_lines(" 10%\r 60%\r100%\ndone\n") == ["100%", "done"]

@@ -63,6 +63,30 @@ def test_a_stopped_cluster_refuses_work():
         Cluster(2).launch(print, 1)
 
 
+def test_set_link_keeps_the_old_rate_and_delay_when_tc_refuses_the_new_ones(monkeypatch):
+    # No root needed: tc is a stand-in that refuses netem (a kernel without sch_netem).
+    calls = []
+
+    def tc(argv, timeout=30.0, check=True):
+        calls.append(argv)
+        refused = "netem" in argv
+        return subprocess.CompletedProcess(argv, 2 if refused else 0, "",
+                                           "Error: Specified qdisc kind is unknown." if refused else "")
+
+    monkeypatch.setattr(namespaces, "_run", tc)
+    cluster = Cluster(2, rate_mbit=1000)
+    cluster.running = True  # as if started; nothing was built, so nothing to stop
+    try:
+        with pytest.raises(ClusterError, match="no `netem` queueing discipline"):
+            cluster.set_link(rate_mbit=100, delay_ms=5)
+        assert (cluster.rate_mbit, cluster.delay_ms) == (1000.0, 0.0)
+        assert "tbf" in calls[-1] and "1000mbit" in calls[-1]  # the old shape, put back
+        cluster.set_link(rate_mbit=200)  # accepted: recorded
+        assert (cluster.rate_mbit, cluster.delay_ms) == (200.0, 0.0) and "200mbit" in calls[-1]
+    finally:
+        cluster.running = False
+
+
 def where_am_i():
     import socket
 

@@ -131,12 +131,23 @@ def run_on_rank(kind, fn_bytes, cases, seed):
     return reports
 
 
+@dataclass(frozen=True)
+class Returned:
+    """What the reader's function returned, by the name of its type, where it is no tensor, list,
+    number, string or None (a generator, a lock, a module): sent back instead of the value, which
+    might not pickle, so that the mistake can name it."""
+
+    type_name: str
+
+
 def _copy_result(got):
     if isinstance(got, torch.Tensor):
         return got.detach().clone()
-    if isinstance(got, (list, tuple)):
-        return type(got)(_copy_result(g) for g in got)
-    return got
+    if isinstance(got, (list, tuple)):  # a namedtuple or list subclass comes back as a plain one
+        return (tuple if isinstance(got, tuple) else list)(_copy_result(g) for g in got)
+    if got is None or isinstance(got, (bool, int, float, complex, str, bytes)):
+        return got
+    return Returned(type(got).__name__)
 
 
 def _reader_raised(case, error):
@@ -193,8 +204,8 @@ def _check(kind, fn, world_sizes, cases, seed, timeout):
         reports, error = launch_checked(run_on_rank, world_size, args=(kind, fn_bytes, chosen, seed),
                                         timeout=timeout)
         if isinstance(error, RanksTimedOut):
-            mistakes.append(_deadlock(where, error, timeout))
-            break  # it would hang again at every world size, for as long
+            mistakes.append(harness.still_computing(where, error, timeout) or _deadlock(where, error, timeout))
+            break  # it would hang (or be as slow) again at every world size, for as long
         if isinstance(error, RankFailed):
             mistake = _failure(where, error)
             mistakes.append(mistake)
@@ -320,6 +331,10 @@ def _compare_gather(where, rank, inputs, expected, got):
         at = f"{where}, chunk {chunk}"
         if not isinstance(have, torch.Tensor):
             mistakes.append(Mistake(at, "not_a_tensor", f"is {_describe(have)}, not a tensor"))
+        elif _unusual(have, want):
+            mistakes.append(Mistake(at, "unusual_tensor",
+                                    f"is {_unusual(have, want)}; return ordinary tensors like rank {chunk}'s "
+                                    f"(dense, on {want.device}): receive into torch.empty_like(tensor)"))
         elif have.shape != want.shape:
             mistakes.append(Mistake(at, "wrong_shape",
                                     f"has shape {tuple(have.shape)}, expected {tuple(want.shape)} "
@@ -355,6 +370,10 @@ def _compare_reduce(where, rank, inputs, expected, got):
         hint = " (did it change the tensor in place and return nothing?)" if got is None else ""
         return [Mistake(where, "not_a_tensor",
                         f"returned {_describe(got)}{hint}; return a new tensor holding the sum")]
+    if _unusual(got, expected):
+        return [Mistake(where, "unusual_tensor",
+                        f"returned {_unusual(got, expected)}; return an ordinary tensor like the input "
+                        f"(dense, on {expected.device}) holding the sum")]
     if got.shape != expected.shape:
         return [Mistake(where, "wrong_shape",
                         f"returned shape {tuple(got.shape)}, expected {tuple(expected.shape)}, the "
@@ -403,11 +422,29 @@ def _subsets(world_size):
     return [s for k in range(2, world_size) for s in combinations(range(world_size), k)]
 
 
+def _unusual(got, like):
+    """What makes the tensor ``got`` unlike ``like``, beyond shape and dtype, so that it cannot be
+    compared element by element (sparse, nested, quantized, on another device); "" if nothing."""
+    if got.is_nested:
+        return "a nested tensor"
+    if got.layout != torch.strided:
+        return f"a {str(got.layout).replace('torch.', '').replace('_', ' ')} tensor of shape {tuple(got.shape)}"
+    if got.is_quantized:
+        return f"a quantized tensor of shape {tuple(got.shape)}"
+    if got.device != like.device:
+        return f"a tensor on device {got.device} (shape {tuple(got.shape)})"
+    return ""
+
+
 def _describe(value):
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
     if value is None:
         return "None"
+    if isinstance(value, Returned):
+        return f"a {value.type_name}"
+    if isinstance(value, (bool, int, float, complex, str, bytes)):
+        return f"a {type(value).__name__}, {value!r:.60}"
     return f"a {type(value).__name__}"
 
 

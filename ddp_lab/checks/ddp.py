@@ -60,7 +60,14 @@ from functools import partial
 
 import torch
 
-from ddp_lab.checks.harness import collective_recorder, first_line, launch_checked, same_values, stuck_ranks
+from ddp_lab.checks.harness import (
+    collective_recorder,
+    first_line,
+    launch_checked,
+    same_values,
+    still_computing,
+    stuck_ranks,
+)
 from ddp_lab.checks.result import CheckResult, Mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
@@ -269,7 +276,7 @@ def check_ddp(make_ddp, *, bucket_cap_mb: float | None = None, world_size: int =
     ranks, error = launch_checked(_run_on_rank, world_size, args=(make_ddp, bucket_cap_mb, steps),
                                   threads=1, timeout=timeout)
     if isinstance(error, RanksTimedOut):
-        return CheckResult(subject, 0, total, "check", (Mistake(
+        return CheckResult(subject, 0, total, "check", (still_computing("all ranks", error, timeout) or Mistake(
             "all ranks", "hang",
             f"the ranks did not finish within {timeout:g} s ({stuck_ranks(error)}). A rank waiting in an all-reduce "
             f"waits for the others to call the same all-reduce: do all ranks issue the same collectives, "
@@ -291,7 +298,9 @@ def _order_case(make_ddp, world_size, steps, timeout):
     ranks, error = launch_checked(_run_on_rank, world_size, args=(make_ddp, ORDER_CAP_MB, steps, "branches"),
                                   threads=1, timeout=timeout)
     if isinstance(error, RanksTimedOut):
-        what = f"the ranks hung until the {timeout:g} s timeout ({stuck_ranks(error)})"
+        slow = still_computing("the order case", error, timeout)
+        what = (f"the ranks hung until the {timeout:g} s timeout ({stuck_ranks(error)})" if slow is None
+                else slow.message)
     elif isinstance(error, RankDied):
         what = f"a rank died ({first_line(error)})"
         if error.signal_name == "SIGABRT":

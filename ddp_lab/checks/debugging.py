@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddp_lab.checks.result import CheckResult, Mistake
-from ddp_lab.launcher.errors import LaunchError
+from ddp_lab.launcher.errors import LaunchError, RankFailed
 
 __all__ = ["CAUSES", "BUGS", "Bug", "ScriptRun", "run_lab_script", "check_diagnosis", "check_fix"]
 
@@ -139,8 +139,6 @@ class ScriptRun:
 
 
 def _error_text(error: LaunchError) -> str:
-    from ddp_lab.launcher.errors import RankFailed
-
     if isinstance(error, RankFailed):
         return f"rank {error.rank} raised {error.exc_type}: {error.exc_message.strip().splitlines()[0][:300]}"
     return str(error)
@@ -210,6 +208,7 @@ def _timed_collectives(timer):
 
 def _run_in_rank(path: str, argv: list[str]):
     """In each rank: run the script's main(), then compare the replicas and gather the times."""
+    import torch
     import torch.distributed as dist
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -240,10 +239,34 @@ def _run_in_rank(path: str, argv: list[str]):
         dist.init_process_group = original_init
         counting.remove()
     timer.compute_s = (ended - started[0]) - timer.wait_s if started else 0.0
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"{NOT_A_MODEL} {_returned(model)}, not the model: keep main(argv) "
+                        "returning the model (or its DDP wrapper)")
     report = compare_replicas(model)
     times = timer.gather()
     dist.destroy_process_group()
     return report, times
+
+
+NOT_A_MODEL = "main() returned"
+
+
+def _returned(value) -> str:
+    """``None``, ``a tensor of shape (3,)``, ``a dict``: what came back, in a few words."""
+    if value is None:
+        return "None"
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"a {type(value).__name__} of shape {tuple(shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _largest_difference(report) -> str:
+    """``; the largest gap between two ranks is 0.0123, in bn.running_mean``, from a ReplicaReport."""
+    if not report.max_difference:
+        return ""
+    name, gap = max(report.max_difference.items(), key=lambda item: item[1])
+    return f"; the largest difference between two ranks is {gap:.3g}, in {name}"
 
 
 def _lines_of(path: Path, fragment: str) -> list[int]:
@@ -300,13 +323,16 @@ def check_fix(bug: str, script, *, timeout: float = 30.0) -> CheckResult:
     subject = f"{path.name} as a fix of {spec.script}, on 4 ranks"
     total = 3 if spec.stragglers else 2
     run = run_lab_script(path, timeout=timeout)
+    if isinstance(run.error, RankFailed) and run.error.exc_message.startswith(NOT_A_MODEL):
+        return CheckResult(subject, 0, total, "check", (Mistake(
+            "run", "no_model", f"the script ran, but on rank {run.error.rank} {run.error.exc_message}"),))
     if not run.finished:
         return CheckResult(subject, 0, total, "check", (Mistake(
             "run", "did_not_finish", f"the fixed script must run to the end; it did not.\n{_error_text(run.error)}"),))
     mistakes = []
     if not run.replicas.agree:
-        mistakes.append(Mistake("replicas", "differ", f"the run finished, but {run.replicas}. Every rank must "
-                                f"end with the same model"))
+        mistakes.append(Mistake("replicas", "differ", f"the run finished, but {run.replicas}"
+                                f"{_largest_difference(run.replicas)}. Every rank must end with the same model"))
     if spec.stragglers:
         verdict = find_straggler(run.times)
         if verdict:

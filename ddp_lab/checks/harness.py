@@ -7,7 +7,8 @@ pieces they share live here, once:
 - ``launch_checked``: start the ranks, and hand back either their values or
   the failure (a hang, a crash, a death), for the checker to explain in the
   words of its own exercise; ``stuck_ranks`` and ``first_line`` put that
-  failure in a few words;
+  failure in a few words, and ``still_computing`` tells a rank that was merely
+  busy (no deadlock) from ranks that wait for each other;
 - ``point_to_point_only``: inside a rank, switch off the collectives the
   exercise must build from send/recv (Labs 2 and 3), each refusal worded by
   the checker, and optionally record every message sent;
@@ -23,10 +24,11 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
+from ddp_lab.checks.result import Mistake
 from ddp_lab.launcher.api import launch
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
 
-__all__ = ["FORBIDDEN", "CollectiveCall", "launch_checked", "stuck_ranks", "first_line",
+__all__ = ["FORBIDDEN", "CollectiveCall", "launch_checked", "stuck_ranks", "still_computing", "first_line",
            "point_to_point_only", "collective_recorder", "close_elements", "same_values", "show_values"]
 
 # The collectives that move data: switched off where the exercise is to build one.
@@ -50,6 +52,48 @@ def launch_checked(fn, world_size, *, args=(), timeout, threads=None):
 def stuck_ranks(error: RanksTimedOut) -> str:
     """``rank 0: waiting in all_reduce() ...; rank 1: ...``: where each unfinished rank was."""
     return "; ".join(f"rank {r}: {w}" for r, w in sorted(error.unfinished.items()))
+
+
+def busy_ranks(error: RanksTimedOut) -> list[int]:
+    """The unfinished ranks that waited for no other rank: still running their own code.
+
+    The launcher's where-line of such a rank reads ``running f() line N: ...``
+    (``ddp_lab.launcher.where_stuck.describe_where``); one waiting in a
+    collective, a send, a receive or ``wait()`` reads ``waiting in ...``.
+    """
+    return sorted(rank for rank, where in error.unfinished.items() if where.startswith("running "))
+
+
+def still_computing(where: str, error: RanksTimedOut, timeout) -> Mistake | None:
+    """A ``too_slow`` Mistake when some rank was still computing at the timeout; None otherwise.
+
+    A timeout is a deadlock only when every unfinished rank waits for another
+    one. If a rank was still running the reader's code, it is slow (or loops
+    forever), and the ranks waiting were waiting for it: that is what the
+    mistake says, with where each rank was. None leaves the checker to explain
+    the deadlock in the words of its exercise.
+    """
+    busy = busy_ranks(error)
+    if not busy:
+        return None
+    waiting = sorted(set(error.unfinished) - set(busy))
+    ranks = _ranks(busy)
+    if waiting:
+        what = (f"{_ranks(waiting)} {'was' if len(waiting) == 1 else 'were'} waiting for "
+                f"{ranks}, which {'was' if len(busy) == 1 else 'were'} still running your code. "
+                f"If that code is merely slow, give it more time (e.g. timeout={2 * timeout:g}); "
+                "if it never gets to the call the others wait in (a loop that never ends, a branch "
+                "that skips it), that is the mistake")
+    else:
+        what = (f"no rank was waiting for another: {'it was' if len(busy) == 1 else 'they were'} "
+                "still running your code, so this is no deadlock. The code is slow, or loops "
+                f"forever: make it faster, or give it more time (e.g. timeout={2 * timeout:g})")
+    return Mistake(where, "too_slow", f"the ranks did not finish within {timeout:g} s and were stopped; "
+                                      f"{what}. Where they were: {stuck_ranks(error)}")
+
+
+def _ranks(ranks):
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def first_line(error: Exception) -> str:

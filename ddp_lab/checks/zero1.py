@@ -39,7 +39,14 @@ from functools import partial
 
 import torch
 
-from ddp_lab.checks.harness import collective_recorder, first_line, launch_checked, same_values, stuck_ranks
+from ddp_lab.checks.harness import (
+    collective_recorder,
+    first_line,
+    launch_checked,
+    same_values,
+    still_computing,
+    stuck_ranks,
+)
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
 from ddp_lab.launcher.errors import RankDied, RanksTimedOut
@@ -217,7 +224,7 @@ def check_zero1(make_optimizer, *, world_size: int = 2, steps: int = 3, lr: floa
                                     threads=1, timeout=timeout)
     if isinstance(error, RanksTimedOut):
         where = stuck_ranks(error)
-        return CheckResult(subject, 0, total, "check", (Mistake(
+        return CheckResult(subject, 0, total, "check", (still_computing("all ranks", error, timeout) or Mistake(
             "all ranks", "hang",
             f"the ranks did not finish within {timeout:g} s ({where}). A collective waits until every "
             f"rank calls it: does every rank call the same reduce-scatter and all-gather, with tensors "

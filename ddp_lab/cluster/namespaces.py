@@ -202,15 +202,28 @@ class Cluster:
     # -- the link ------------------------------------------------------------------
 
     def set_link(self, rate_mbit=None, delay_ms=None):
-        """Change the link's speed (and latency) while the cluster runs."""
+        """Change the link's speed (and latency) while the cluster runs.
+
+        Where ``tc`` refuses the new values (``ClusterError``), the link and
+        ``rate_mbit``/``delay_ms`` keep the ones it had.
+        """
         self._check_running()
         if rate_mbit is not None:
             _check_rate(rate_mbit)
         if delay_ms is not None:
             _check_delay(delay_ms)
+        before = self.rate_mbit, self.delay_ms
         self.rate_mbit = float(self.rate_mbit if rate_mbit is None else rate_mbit)
         self.delay_ms = float(self.delay_ms if delay_ms is None else delay_ms)
-        self._shape("replace")
+        try:
+            self._shape("replace")
+        except BaseException:
+            # tc refused (a kernel without netem, say): the link keeps what it had, and so
+            # does the record of it; the ends already changed are put back as they were.
+            self.rate_mbit, self.delay_ms = before
+            with contextlib.suppress(Exception):
+                self._shape("replace")
+            raise
 
     def _shape(self, verb):
         """One qdisc on each end of each cable: the node's eth0 and its switch port."""

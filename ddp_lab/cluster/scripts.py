@@ -20,16 +20,16 @@ SCRIPTS_URL = "https://raw.githubusercontent.com/ddp-lab/ddp-book/v0.1.0/labs/sc
 def book_script(name: str) -> Path:
     """The path of one of the book's scripts (``labs/scripts/NAME``).
 
-    From the book's repository when ddp_lab runs from a checkout (or the
-    current folder is one); otherwise (ddp_lab installed with pip, as on
-    Colab) the script is downloaded once from the book's repository into
-    ``~/.cache/ddp_lab/scripts``.
+    From the book's repository when ddp_lab runs from a checkout (the
+    repository that holds this very package: the current folder plays no
+    part, so a ``labs/scripts`` in some folder above it is never run);
+    otherwise (ddp_lab installed with pip, as on Colab) the script is
+    downloaded once from the book's repository into ``~/.cache/ddp_lab/scripts``.
     """
     checkout = Path(__file__).resolve().parents[2]  # ddp_lab/cluster/scripts.py -> the repository
-    for root in (checkout, Path.cwd(), *Path.cwd().parents):
-        candidate = root / "labs" / "scripts" / name
-        if candidate.is_file():
-            return candidate
+    candidate = checkout / "labs" / "scripts" / name
+    if candidate.is_file():
+        return candidate
     cached = Path.home() / ".cache" / "ddp_lab" / "scripts" / name
     if not cached.is_file():
         import urllib.request

@@ -33,7 +33,7 @@ killed. A process started in a session of its own (``start_new_session=True``,
 from __future__ import annotations
 
 from ddp_lab.launcher import protocol
-from ddp_lab.launcher.config import DEFAULT_TIMEOUT, check_main_module, make_config
+from ddp_lab.launcher.config import DEFAULT_TIMEOUT, check_main_module, check_working_directory, make_config
 from ddp_lab.launcher.errors import error_for
 from ddp_lab.launcher.jobs import interactive_sources, pickle_call
 from ddp_lab.launcher.output import show
@@ -74,7 +74,10 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
         ValueError, TypeError: bad arguments, before anything starts;
             RuntimeError: a script launching without the
             ``if __name__ == "__main__":`` guard (``config.check_main_module``).
+        FileNotFoundError: the working directory was deleted (the ranks
+            would start in it); before anything starts.
     """
+    check_working_directory()  # first: even importing torch can fail in a deleted folder
     config = make_config(world_size, backend=backend, nodes=nodes, threads=threads,
                          timeout=timeout, init_process_group=init_process_group)
     return run_worker_group(config, (protocol.CALL, pickle_call(fn, args, kwargs)))
@@ -125,6 +128,7 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", 
             ``sys.exit(None)`` end a rank normally, as under ``mp.spawn``.
         RankDied, RanksTimedOut, ValueError, TypeError: as for ``launch``.
     """
+    check_working_directory()
     _check_spawn_options(args, join, daemon, start_method)
     config = make_config(nprocs, backend="gloo", threads=threads, timeout=timeout,
                          init_process_group=False, style="spawn", world_size_name="nprocs")
@@ -156,6 +160,7 @@ def run_worker_group(config, job):
     the ranks printed, then returns the results by rank or raises the error
     ``errors.error_for`` names.
     """
+    check_working_directory()
     check_main_module()
     group = None
     try:

@@ -5,7 +5,8 @@ mistake in the arguments gets a clear message naming the bad value and what
 is allowed, instead of a crash in four processes at once. So is the place
 the launch is called from: a script that launches from its top-level code,
 without the ``if __name__ == "__main__":`` guard, is told so here
-(``check_main_module``), before any rank could die of it.
+(``check_main_module``), before any rank could die of it; so is a working
+directory deleted from under the notebook (``check_working_directory``).
 
 The names follow torch's: ``LaunchConfig`` is what
 ``torch.distributed.launcher.api.LaunchConfig`` is to torchrun, the
@@ -176,6 +177,28 @@ def say_once(message):
     if message not in _said:
         _said.add(message)
         print(message)
+
+
+def check_working_directory():
+    """Refuse a launch from a working directory that no longer exists.
+
+    Every rank starts in the caller's working directory, and multiprocessing
+    asks for it (``os.getcwd()``) before it forks one; a folder deleted after
+    ``os.chdir`` into it (a temporary folder, say) would end the launch with a
+    bare ``FileNotFoundError`` from deep inside multiprocessing. Say what it is,
+    before anything starts.
+    """
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        try:  # Linux still knows which folder it was: "/tmp/tmpab12 (deleted)"
+            was = " (" + os.readlink("/proc/self/cwd") + ")"
+        except OSError:
+            was = ""
+        raise FileNotFoundError(
+            f"the current working directory{was} no longer exists: it was deleted after this "
+            "process changed into it, and every rank would start there. os.chdir to an existing "
+            "folder (e.g. os.chdir(os.path.expanduser(\"~\"))) and try again.") from None
 
 
 def check_main_module():

@@ -80,6 +80,9 @@ def start_forkserver():
     first launch is then as fast as the next ones. Returns at once; does
     nothing if the forkserver already runs, or where there is none (Windows).
     """
+    from ddp_lab.launcher.config import check_working_directory
+
+    check_working_directory()  # multiprocessing's start of the forkserver asks for it
     context = forkserver_context()
     if context.get_start_method() == "forkserver":
         from multiprocessing import forkserver

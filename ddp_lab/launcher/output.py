@@ -39,7 +39,8 @@ instead. Scripts whose output goes to a file or pipe print as before.
 **Memory is bounded**: a rank's output keeps its first and last
 ``KEEP_CHARS`` characters; what lies between is counted, dropped as it
 arrives, and named by one line in the final rendering (only there, and only
-when the output was that long). A rank printing 200 MB costs the notebook a
+when the output was that long; a ``\\r``-redrawn line that the cut falls in
+still ends as its last state). A rank printing 200 MB costs the notebook a
 few MiB, not gigabytes (``tests/test_launch_output.py`` measures it).
 
 Every chapter that launches shows its ranks' output this way.
@@ -120,12 +121,31 @@ class RankOutput:
         if len(head) + len(tail) == total:
             return head + tail
         tail = tail[-self._keep:]
-        tail = tail[tail.find("\n") + 1:]  # from the first whole line on
         cut = head.rfind("\n") + 1
-        head = head[:cut] if cut else head  # a head with no line break at all stays whole
+        state = _last_state(tail)
+        if state is not None:
+            # The line cut in two by the dropped middle was redrawn with "\r", and the tail
+            # holds its last state, which is what a terminal shows of it: keep that state,
+            # none of the older states at the end of the head.
+            head, tail = head[:cut], state
+        else:
+            tail = tail[tail.find("\n") + 1:]  # from the first whole line on
+            head = head[:cut] if cut else head  # a head with no line break at all stays whole
         dropped = total - len(head) - len(tail)
         lines = newlines - head.count("\n") - tail.count("\n")
-        return head + ("" if cut else "\n") + _elision_line(dropped, lines, self._keep) + tail
+        unfinished = head and not head.endswith("\n")  # a head with no line break at all
+        return head + ("\n" if unfinished else "") + _elision_line(dropped, lines, self._keep) + tail
+
+
+def _last_state(tail):
+    """The tail from the last state of its first line on, when that (cut) line was redrawn
+    with ``\r`` and a whole state of it lies in the tail; None otherwise."""
+    found = _LINE_BREAK.search(tail)
+    end = found.start() if found else len(tail)
+    redrawn = tail[:end].split("\r")[1:]  # the parts after a "\r": each begins a whole state
+    if not any(redrawn):
+        return None
+    return _as_shown(tail[:end].split("\r", 1)[1]) + tail[end:]
 
 
 def _elision_line(characters, lines, keep):

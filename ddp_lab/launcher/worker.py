@@ -78,6 +78,7 @@ def worker_main(spec, control, output, job):
     inbox.start()
     keep_every_process_group()
     kind, payload = _start_process_group(spec) or run_job(job)
+    _stop_own_forkserver()
     inbox.reply(kind, job[1], payload)
     inbox.exit_asked.wait()
     leave_process_group()
@@ -222,6 +223,22 @@ def _start_process_group(spec):
 # left clean, but keeps gloo's half of the group alive here: when the process
 # exits, the operating system closes its sockets at once.
 _GLOO_GROUPS_LEFT_TO_EXIT = []
+
+
+def _stop_own_forkserver():
+    """Stop the forkserver that a launch from inside this rank started, if one did.
+
+    Its socket is a ``listener-*`` file in multiprocessing's temporary folder,
+    which a rank shares with the notebook: left to the rank's end (killed with
+    its process group), the file would stay there until the notebook exits,
+    one more for every such launch. Stopping it removes the file.
+    """
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(forkserver, "_forkserver", None)
+    if getattr(server, "_forkserver_pid", None) is not None:
+        from ddp_lab.launcher.shutdown import _end_forkserver
+
+        _end_forkserver(server)
 
 
 def leave_process_group():
