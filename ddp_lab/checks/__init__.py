@@ -7,6 +7,8 @@ tick or as a list of mistakes, each explained.
 - Lab 2: ``check_all_gather`` and ``check_all_reduce``, built from send/recv.
 - Lab 3: ``check_ring_all_reduce``, message by message against the textbook ring.
 - Lab 4: ``check_ddp``, DDP built from gradient hooks, against torch's DDP.
+- Chapter 8b: ``check_accumulation``, one optimizer step of gradient accumulation
+  under ``no_sync``, against a big-batch step (all-reduces counted, replicas compared).
 - Lab 5: ``check_torchrun_script``, a training script run under torchrun with
   an injected failure.
 - Lab 5b: ``check_diagnosis`` and ``check_fix`` (five broken scripts: the cause,
@@ -28,6 +30,7 @@ _EXPORTS = {
     "check_all_reduce": "ddp_lab.checks.collectives",
     "check_ring_all_reduce": "ddp_lab.checks.ring",
     "check_ddp": "ddp_lab.checks.ddp",
+    "check_accumulation": "ddp_lab.checks.accumulation",
     "check_torchrun_script": "ddp_lab.checks.torchrun",
     "check_memory_answer": "ddp_lab.checks.memory_answer",
     "check_zero1": "ddp_lab.checks.zero1",
