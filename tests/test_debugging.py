@@ -78,16 +78,18 @@ def test_compare_replicas_refuses_different_models():
 
 # ---- stragglers -------------------------------------------------------------------------
 
-def _timed_steps(slow_rank):
+def _timed_steps(slow_rank, steps=4, base=0.25, extra=0.5, slow_steps=None):
     # Every rank computes 0.25 s per step and the slow one 0.5 s more: wide enough
     # margins that a loaded machine's scheduling delays cannot flip the verdict.
     # With 0.05 s and nothing for the others, CI once saw rank 0 wait less than
     # the slow rank; with 0.1 s for all, it once saw a rank of the even run
     # sleep 123 ms too long in 4 steps, past find_straggler's 25% tolerance.
+    # slow_steps: the steps in which the slow rank is slow (None: all of them).
     timer = WaitComputeTimer()
-    for _ in range(4):
+    for step in range(steps):
+        slow = dist.get_rank() == slow_rank and (slow_steps is None or step in slow_steps)
         with timer.computing():
-            time.sleep(0.25 + 0.5 * (dist.get_rank() == slow_rank))
+            time.sleep(base + extra * slow)
         with timer.waiting():
             dist.all_reduce(torch.ones(4))
         timer.step()
@@ -274,19 +276,8 @@ def test_a_rank_paused_in_one_step_is_not_a_straggler():
     assert find_straggler(even + [every_step]).straggler == 3
 
 
-def _one_slow_step(slow_rank):
-    timer = WaitComputeTimer()
-    for step in range(5):
-        with timer.computing():
-            time.sleep(0.05 + 0.6 * (dist.get_rank() == slow_rank and step == 2))
-        with timer.waiting():
-            dist.all_reduce(torch.ones(4))
-        timer.step()
-    return timer.gather()
-
-
 def test_the_median_step_is_measured_on_real_ranks():
-    times = ddp_lab.launch(_one_slow_step, 3, args=(1,))[0]
+    times = ddp_lab.launch(_timed_steps, 3, args=(1, 5, 0.05, 0.6, {2}))[0]  # rank 1 slow in step 2 only
     assert all(t.step_compute_s is not None and 0.04 < t.step_compute_s < 0.3 for t in times)
     assert times[1].compute_s > times[0].compute_s + 0.4  # the slow step is in the total ...
     assert not find_straggler(times)                       # ... but one slow step makes no straggler
