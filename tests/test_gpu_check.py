@@ -195,9 +195,10 @@ def test_checks_that_pass_fail_or_raise():
 
 def test_the_checks_cover_every_gpu_path_of_the_issue():
     names = [check.name for check in CHECKS]
-    assert names == ["launch_auto", "launch_nccl", "cpu_examples_on_gpus", "gloo_shared_gpu", "ddp_device_ids", "all_reduce_bandwidth",
-                     "ring_all_reduce_nccl", "train_one_gpu_per_process", "train_spanning_two_gpus",
-                     "launch_after_cuda_init", "host_to_device_copy"]
+    assert names == ["launch_auto", "launch_nccl", "cpu_examples_on_gpus", "gloo_shared_gpu", "nccl_shared_gpu",
+                     "ddp_device_ids", "ddp_step_profile", "all_reduce_bandwidth", "ring_all_reduce_nccl",
+                     "train_one_gpu_per_process", "train_spanning_two_gpus", "launch_after_cuda_init",
+                     "host_to_device_copy"]
     assert names[-1] == "host_to_device_copy"  # the one that makes a CUDA context here: last
     assert check_named("train_spanning_two_gpus").needs_gpus == 2
     with pytest.raises(ValueError, match="no GPU check named 'nope': the checks are launch_auto, "):
@@ -239,7 +240,7 @@ def test_the_command_with_allow_no_gpu_writes_a_file_that_follows_the_schema(tmp
     assert document["command"] == "python -m ddp_lab.gpu_check --allow-no-gpu --out results/"
     lines = done.stdout.splitlines()
     assert lines[0].startswith("ddp_lab.gpu_check: 0 CUDA GPU(s) (torch ")
-    assert "[7/11] ring_all_reduce_nccl: skipped: needs 2 CUDA GPUs; this machine has 0" in lines
+    assert "[9/13] ring_all_reduce_nccl: skipped: needs 2 CUDA GPUs; this machine has 0" in lines
     assert report([document]) in done.stdout
     assert lines[-1] == f"results written to {Path('results') / path.name}"
 
@@ -257,7 +258,7 @@ def broken(change):
 @pytest.mark.parametrize("change, says", [
     (lambda d: d["checks"][0].update(status="fine"), "at checks/0/status: 'fine' is not one of"),
     (lambda d: named(d, "all_reduce_bandwidth").update(status="passed"),
-     "at checks/5/measurement: None is not of type 'object'"),
+     "at checks/7/measurement: None is not of type 'object'"),
     (lambda d: named(d, "host_to_device_copy").update(status="failed"), "/error: None is not of type 'string'"),
     (lambda d: d["checks"][1].update(name="launch_auto"), "checks named more than once: launch_auto"),
     (lambda d: d["machine"].update(gpus=2), "machine.gpus is 2 but 0 device(s) are described"),
@@ -419,9 +420,12 @@ def test_the_all_reduce_measurement_runs_on_gloo_ranks_and_renders():
 
 
 def test_the_cpu_examples_check_passes_where_auto_picks_gloo():
-    # Without GPUs 'auto' picks gloo; on a GPU machine the same check runs them on nccl.
+    # Without GPUs 'auto' picks gloo; on a GPU machine the same check runs W = GPUs ranks with
+    # 'cpu:gloo,cuda:nccl', then one rank more than there are GPUs, with gloo.
     finding = launches.cpu_examples_on_gpus(2, Options(timeout=120))
-    assert finding.outcome == "2 rank(s), backend 'gloo': a CPU tensor all-reduced to 3 on every rank"
+    assert finding.outcome == ("a CPU tensor all-reduced: 2 rank(s), backend 'gloo': sum 3 on every rank; "
+                               "3 rank(s), backend 'gloo': sum 6 on every rank")
+    assert [r["sum"] for r in finding.details["ranks_3"]] == [6.0, 6.0, 6.0]
 
 
 @NO_GPU_HERE
@@ -453,7 +457,7 @@ def test_the_pages_render_a_dry_run_file_as_measuring_nothing(tmp_path):
     write(dry_run_document(), tmp_path)
     text = gpu_results_text("all", tmp_path)
     assert text.startswith("GPU checks, made without a GPU (--allow-no-gpu) on 2026-01-10: torch ")
-    assert "0 passed, 0 failed, 11 skipped" in text
+    assert f"0 passed, 0 failed, {len(CHECKS)} skipped" in text
     assert "skipped  train_spanning_two_gpus: train.py under torchrun, each process spanning two GPUs\n" \
            "         needs 2 CUDA GPUs; this machine has 0" in text
     assert text.endswith("host-to-GPU copies: not measured (skipped): needs a CUDA GPU; this machine has 0")

@@ -13,6 +13,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from ddp_lab.launcher.config import uses_nccl
+
 __all__ = ["elapsed_seconds", "slowest_rank_seconds", "collective_device"]
 
 
@@ -31,7 +33,9 @@ def slowest_rank_seconds(run, repeats, warmup=1):
         run()
     times = []
     for _ in range(repeats):
-        dist.barrier()
+        # under nccl the barrier is named the rank's GPU: without device_ids torch
+        # guesses it and warns that it does (torch/distributed/distributed_c10d.py)
+        dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
         elapsed = torch.tensor([elapsed_seconds(run, device)], dtype=torch.float64, device=device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         times.append(elapsed.item())
@@ -45,7 +49,7 @@ def collective_device():
     (``torch.cuda.set_device``, which ``ddp_lab.launch`` calls); gloo works on
     CPU tensors (and copies GPU tensors through the CPU).
     """
-    if "nccl" in dist.get_backend():  # "nccl", or "cpu:gloo,cuda:nccl" from backend="auto"
+    if uses_nccl(dist.get_backend()):  # "nccl", or "cpu:gloo,cuda:nccl" from backend="auto"
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 

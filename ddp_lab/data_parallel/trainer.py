@@ -44,6 +44,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler
 
+from ddp_lab.launcher.config import uses_nccl
 from ddp_lab.validate import check_positive_int
 
 __all__ = ["EpochMetrics", "Trainer", "reduce_sums"]
@@ -228,7 +229,7 @@ class Trainer:
 
 def _device_of_this_rank() -> torch.device:
     """The rank's GPU (``cuda:LOCAL_RANK``) under nccl, else the CPU."""
-    if "nccl" in dist.get_backend() and torch.cuda.is_available():  # "nccl" or "cpu:gloo,cuda:nccl"
+    if uses_nccl(dist.get_backend()) and torch.cuda.is_available():  # "nccl" or "cpu:gloo,cuda:nccl"
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return torch.device("cpu")
 

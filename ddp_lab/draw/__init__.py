@@ -6,6 +6,7 @@ ddp_lab``: import the drawing modules where a picture is wanted, e.g.
 The interactive controls, which also work in the static book, are in
 ``ddp_lab.widgets``.
 
-Chapters 2, 4 to 10, 12 and 15 and Lab 1 draw with it; every module names its chapter.
-(What the GPU check measured is printed by ``ddp_lab.gpu_check.report``.)
+Chapters 2, 4 to 10, 12, 14 and 15 and Lab 1 draw with it; every module names its chapter.
+(What the GPU check measured is printed by ``ddp_lab.gpu_check.report``; its
+profiled DDP step is drawn by ``gpu_profile``.)
 """

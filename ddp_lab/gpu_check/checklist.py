@@ -12,7 +12,7 @@ The checks of ``python -m ddp_lab.gpu_check`` (Chapter 14), in the order they ru
 
 from __future__ import annotations
 
-from ddp_lab.gpu_check import allreduce, chapter14, host_copies, launches
+from ddp_lab.gpu_check import allreduce, chapter14, host_copies, launches, step_profile
 from ddp_lab.gpu_check.runner import Check
 
 __all__ = ["CHECKS", "check_named"]
@@ -26,8 +26,12 @@ CHECKS = (
           (3, 4, 5), 1, launches.cpu_examples_on_gpus),
     Check("gloo_shared_gpu", "gloo all-reducing CUDA tensors, two ranks sharing one GPU (Colab)", (14,), 1,
           launches.gloo_shared_gpu),
+    Check("nccl_shared_gpu", "nccl with two ranks on one GPU: refused, as the book says", (14,), 1,
+          launches.nccl_shared_gpu),
     Check("ddp_device_ids", "DDP(model, device_ids=[local_rank]) on each rank's GPU", (8, 14), 1,
           launches.ddp_device_ids),
+    Check("ddp_step_profile", "one DDP step under torch.profiler: kernels, copies and all-reduces by stream",
+          (8, 14), 1, step_profile.ddp_step_profile),
     Check("all_reduce_bandwidth", "nccl all-reduce: time, algbw and busbw against size", (5, 6), 1,
           allreduce.all_reduce_bandwidth),
     Check("ring_all_reduce_nccl", "the book's ring all-reduce on nccl, against dist.all_reduce", (6,), 2,

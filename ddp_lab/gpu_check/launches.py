@@ -37,7 +37,8 @@ import ddp_lab
 from ddp_lab.gpu_check.runner import CheckFailed, Finding, expect
 from ddp_lab.launcher.config import GPU_AND_CPU, choose_backend
 
-__all__ = ["launch_auto", "launch_nccl", "cpu_examples_on_gpus", "gloo_shared_gpu", "launch_after_cuda_init", "ddp_device_ids"]
+__all__ = ["launch_auto", "launch_nccl", "cpu_examples_on_gpus", "gloo_shared_gpu", "nccl_shared_gpu",
+           "launch_after_cuda_init", "ddp_device_ids"]
 
 
 # --- inside the ranks -----------------------------------------------------------------
@@ -74,6 +75,22 @@ def on_rank_reduce_on_gpu_0(elements):
     return {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "backend": dist.get_backend(),
             "device": str(tensor.device), "sum": tensor[0].item(),
             "all_equal": bool((tensor == tensor[0]).all().item())}
+
+
+def on_rank_nccl_on_gpu_0():
+    """Two ranks, both on cuda:0, make an nccl group themselves and all-reduce: what NCCL says."""
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl")
+    tensor = torch.ones(4, device="cuda:0")
+    try:
+        dist.all_reduce(tensor)  # the communicator is made here, at the first collective
+        torch.cuda.synchronize()
+        return {"rank": dist.get_rank(), "refused": False, "sum": tensor[0].item()}
+    except Exception as error:  # what a reader would see: the error's type and its lines
+        return {"rank": dist.get_rank(), "refused": True, "error": type(error).__name__,
+                "message": [line for line in str(error).splitlines() if line.strip()][:6]}
+    finally:
+        dist.destroy_process_group()
 
 
 def on_rank_train_ddp(steps):
@@ -128,9 +145,7 @@ def launch_auto(gpus, options):
     """``launch(fn, W, backend="auto")`` with a GPU for every rank: nccl, rank r on cuda:r."""
     parent_has_cuda = torch.cuda.is_initialized()
     reports = ddp_lab.launch(on_rank_report, gpus, backend="auto", timeout=options.timeout)
-    total = expect_one_rank_per_gpu(reports, gpus)
-    expect(all(r["backend"] == GPU_AND_CPU for r in reports),
-           f"'auto' initialised {reports[0]['backend']!r}, not {GPU_AND_CPU!r} (nccl for CUDA, gloo for CPU tensors)")
+    total = expect_one_rank_per_gpu(reports, gpus, backend=GPU_AND_CPU)  # nccl for CUDA, gloo for CPU tensors
     return Finding(f"{gpus} rank(s): 'auto' chose {GPU_AND_CPU!r}; rank r on cuda:r; all-reduced sum {total:g} on every "
                    f"rank (launched from a process {'with' if parent_has_cuda else 'without'} a CUDA context)",
                    {"ranks": reports, "parent_cuda_initialised": parent_has_cuda})
@@ -146,15 +161,19 @@ def launch_nccl(gpus, options):
 
 def cpu_examples_on_gpus(gpus, options):
     """The README's promise that the book's CPU examples run unchanged on a GPU machine:
-    ``launch(fn, W)`` with the default backend ("auto": nccl for CUDA tensors and gloo
-    for CPU tensors when there is a GPU for every rank) on a function that all-reduces
-    CPU tensors, as the chapters' functions do."""
-    reports = ddp_lab.launch(on_rank_sum_cpu_tensor, gpus, timeout=options.timeout)
-    expected = gpus * (gpus + 1) / 2
-    for r in reports:
-        expect(r["sum"] == expected, f"rank {r['rank']} got the sum {r['sum']:g}, expected {expected:g}")
-    return Finding(f"{gpus} rank(s), backend {reports[0]['backend']!r}: a CPU tensor all-reduced to "
-                   f"{expected:g} on every rank", {"ranks": reports})
+    ``launch(fn, W)`` with the default backend ("auto") on a function that all-reduces
+    CPU tensors, as the chapters' functions do, with a GPU for every rank (``"cpu:gloo,cuda:nccl"``)
+    and with one rank more than there are GPUs (gloo)."""
+    said, details = [], {}
+    for world_size in (gpus, gpus + 1):
+        reports = ddp_lab.launch(on_rank_sum_cpu_tensor, world_size, timeout=options.timeout)
+        expected = world_size * (world_size + 1) / 2
+        for r in reports:
+            expect(r["sum"] == expected, f"{world_size} ranks: rank {r['rank']} got the sum {r['sum']:g}, "
+                                         f"expected {expected:g}")
+        said.append(f"{world_size} rank(s), backend {reports[0]['backend']!r}: sum {expected:g} on every rank")
+        details[f"ranks_{world_size}"] = reports
+    return Finding("a CPU tensor all-reduced: " + "; ".join(said), details)
 
 
 def gloo_shared_gpu(gpus, options, world_size=2, elements=1 << 20):
@@ -172,6 +191,23 @@ def gloo_shared_gpu(gpus, options, world_size=2, elements=1 << 20):
     return Finding(f"{world_size} gloo ranks sharing cuda:0 all-reduced a 4 MiB CUDA tensor: sum {expected:g} "
                    f"on every rank; 'auto' picks gloo for {gpus + 1} ranks on {gpus} GPU(s)",
                    {"ranks": reports, "auto_for_more_ranks_than_gpus": auto})
+
+
+def nccl_shared_gpu(gpus, options, world_size=2):
+    """Chapter 14 says that NCCL refuses two ranks on one GPU: two ranks on cuda:0 try.
+
+    ``launch`` itself refuses ``backend="nccl"`` with fewer GPUs than ranks,
+    so the ranks make their group themselves (``init_process_group=False``),
+    as a script that calls ``set_device(0)`` on every rank would.
+    """
+    reports = ddp_lab.launch(on_rank_nccl_on_gpu_0, world_size, backend="gloo", init_process_group=False,
+                             timeout=min(options.timeout, 120.0))
+    expect(all(r["refused"] for r in reports),
+           f"NCCL all-reduced with {world_size} ranks on cuda:0 (sums {[r.get('sum') for r in reports]}): "
+           "the book says it refuses", {"ranks": reports})
+    said = next((line for line in reports[0]["message"] if "Duplicate GPU" in line), reports[0]["message"][0])
+    return Finding(f"{world_size} ranks on cuda:0 with nccl: {reports[0]['error']}: {said.strip()}",
+                   {"ranks": reports})
 
 
 def initialise_cuda_then_launch(world_size, timeout):

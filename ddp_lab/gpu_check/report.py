@@ -11,6 +11,7 @@ on and the day::
     show_gpu_results("all_reduce")       # Chapters 5 and 6: nccl's all-reduce
     show_gpu_results("host_to_device")   # Chapter 9: pinned against pageable copies
     show_gpu_results()                   # Chapter 14: every check, then both measurements
+    show_step_profiles()                 # Chapter 14: one DDP step under torch.profiler, drawn
 
 Where no file is stored, the page says so and how to make one; once a file
 is committed, the same cells print its tables. ``report`` gives the same
@@ -24,10 +25,12 @@ from pathlib import Path
 
 from ddp_lab.gpu_check.machine import gpu_names
 from ddp_lab.gpu_check.results import RESULTS_DIR, RESULTS_FOLDER, stored_results
+from ddp_lab.launcher.config import uses_nccl
 from ddp_lab.units import format_bytes, format_rate, format_seconds
 
 __all__ = ["show_gpu_results", "gpu_results_text", "report", "measured_on", "checks_table", "all_reduce_table",
-           "copy_table", "draw_all_reduce_busbw", "no_results_message", "PARTS"]
+           "copy_table", "draw_all_reduce_busbw", "no_results_message", "step_profiles", "step_profile_lines",
+           "show_step_profiles", "PARTS"]
 
 PARTS = ("all", "checks", "all_reduce", "host_to_device")
 # The check that measures each part.
@@ -173,6 +176,65 @@ def draw_all_reduce_busbw(documents):
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return figure
+
+
+def step_profiles(documents):
+    """``[(document, [rank 0's summary of each layout])]`` for every run whose
+    ``ddp_step_profile`` check passed (``ddp_lab.gpu_check.step_profile``)."""
+    found = []
+    for document in documents:
+        check = next((c for c in document["checks"] if c["name"] == "ddp_step_profile"), None)
+        if check and check["status"] == "passed":
+            found.append((document, list(check["details"].values())))
+    return found
+
+
+def layout_title(summary) -> str:
+    """``nccl: 1 rank on cuda:0`` or ``gloo: 2 ranks sharing cuda:0 (rank 0 drawn)``."""
+    ranks, device = summary["world_size"], summary["device"]
+    if ranks == 1:
+        where = f"1 rank on {device}"
+    elif uses_nccl(summary["backend"]):
+        where = f"{ranks} ranks, one GPU each (rank 0 drawn)"
+    else:
+        where = f"{ranks} ranks sharing {device} (rank 0 drawn)"
+    return f"{summary['backend']}: {where}"
+
+
+def step_profile_lines(summary) -> list[str]:
+    """What one profiled step holds, in numbers: phases, all-reduce calls, GPU work by kind."""
+    phases = ", ".join(f"{p['name']} {format_seconds(p['dur_us'] / 1e6)}" for p in summary["phases"])
+    kinds = [e["kind"] for lane in summary["streams"] for e in lane["events"]]
+    calls = summary["collectives"]
+    longest = max((c["dur_us"] for c in calls), default=0.0)
+    model = summary["model"]
+    return [layout_title(summary) + f": an MLP of {model['layers']} layers of {model['width']}, batch "
+            f"{model['batch']}, {format_bytes(model['parameter_bytes'])} of parameters",
+            f"  CPU: {phases}",
+            f"  {len(calls)} all-reduce calls ({calls[0]['name'] if calls else 'none'}), the longest "
+            f"{format_seconds(longest / 1e6)} on the CPU",
+            f"  GPU: {kinds.count('compute')} compute kernels, {kinds.count('nccl')} NCCL kernels, "
+            f"{kinds.count('copy')} copies, on {len(summary['streams'])} stream(s); communication beside "
+            f"backward's kernels: {format_seconds(summary['overlap_us'] / 1e6)}"]
+
+
+def show_step_profiles(folder=None):
+    """Print and draw the profiled DDP steps of the stored runs, or say there are none."""
+    found = step_profiles(_stored(folder))
+    if not found:
+        print(no_results_message(folder) if not _stored(folder) else
+              "No stored run holds a profiled DDP step (check ddp_step_profile): run python -m "
+              f"ddp_lab.gpu_check --only ddp_step_profile --out {RESULTS_FOLDER} on a GPU machine.")
+        return
+    from IPython.display import display
+
+    from ddp_lab.draw.gpu_profile import draw_step_profile
+
+    for document, summaries in found:
+        print(f"A DDP step under torch.profiler, {measured_on(document)}:")
+        for summary in summaries:
+            print("\n".join(step_profile_lines(summary)))
+        display(draw_step_profile(summaries, titles=[layout_title(s) for s in summaries]))
 
 
 def _stored(folder):

@@ -49,7 +49,8 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
         world_size: how many rank processes to start (W).
         args, kwargs: what ``fn`` is called with, the same on every rank.
         backend: ``"gloo"`` (CPU), ``"nccl"`` (one GPU per rank) or ``"auto"``:
-            nccl when there are at least ``world_size`` GPUs, else gloo.
+            ``"cpu:gloo,cuda:nccl"`` when there are at least ``world_size``
+            GPUs (nccl for CUDA tensors, gloo for CPU tensors), else gloo.
         nodes: simulate this many nodes on this machine: ``LOCAL_RANK``
             and ``GROUP_RANK`` are set as on ``nodes`` machines of
             ``world_size // nodes`` ranks each.

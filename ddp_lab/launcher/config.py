@@ -130,11 +130,11 @@ def choose_backend(backend, world_size):
             f"but this machine has {gpus}. Use backend='gloo' (CPU) or fewer ranks.")
     if backend != "auto":
         return backend
+    devices = f"{gpus} CUDA device{'s' if gpus != 1 else ''} for {world_size} rank{'s' if world_size != 1 else ''}"
     if gpus >= world_size:
-        choice, why = GPU_AND_CPU, (f"{gpus} CUDA devices for {world_size} ranks: nccl for CUDA tensors, "
-                                    "gloo for CPU tensors")
+        choice, why = GPU_AND_CPU, f"{devices}: nccl for CUDA tensors, gloo for CPU tensors"
     elif gpus:
-        choice, why = "gloo", f"only {gpus} CUDA devices for {world_size} ranks"
+        choice, why = "gloo", f"only {devices}"
     else:
         choice, why = "gloo", "no CUDA device"
     say_once(f"ddp_lab: backend 'auto' chose {choice!r} ({why})")
