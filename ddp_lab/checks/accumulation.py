@@ -45,8 +45,10 @@ The slips it names:
 * ``zeroed``: the gradients zeroed between micro-batches;
 * ``weights``, ``replicas``, ``too_few``, ``no_all_reduce``: what remains
   when none of the above explains a difference;
-* ``error``, ``hang``, ``crash``: the reader's code raised, the ranks hung,
-  or a rank died.
+* ``error``, ``hang``, ``too_slow``, ``crash``: the reader's code raised;
+  the ranks hung, waiting for each other; a rank was still running the
+  reader's code at the timeout (slow, or in a loop that never ends: no
+  deadlock, ``harness.still_computing``); or a rank died.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ddp_lab.checks.harness import first_line, launch_checked, same_values, stuck_ranks
+from ddp_lab.checks.harness import first_line, launch_checked, same_values, still_computing, stuck_ranks
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
 from ddp_lab.launcher.errors import RanksTimedOut
@@ -215,7 +217,7 @@ def check_accumulation(step, *, world_size: int = 2, micro_batches: int = 4, ste
     ranks, error = launch_checked(_run_on_rank, world_size, args=(step, micro_batches, steps),
                                   threads=1, timeout=timeout)
     if isinstance(error, RanksTimedOut):
-        return CheckResult(subject, 0, total, "check", (Mistake(
+        return CheckResult(subject, 0, total, "check", (still_computing("all ranks", error, timeout) or Mistake(
             "all ranks", "hang",
             f"the ranks did not finish within {timeout:g} s ({stuck_ranks(error)}). A rank waiting in an "
             f"all-reduce waits for the others to call the same one: does every rank run the same forward and "

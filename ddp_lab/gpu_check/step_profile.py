@@ -92,7 +92,9 @@ def on_rank_profile_step(layers=MODEL["layers"], width=MODEL["width"], batch=MOD
         step()
     synchronize(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    # one cycle only; acc_events=True keeps torch 2.11 with CUDA from warning that a
+    # second cycle would clear the first one's events (torch/profiler/profiler.py)
+    with profile(activities=activities, acc_events=True) as prof:
         step()
         synchronize(device)
     with tempfile.TemporaryDirectory() as folder:

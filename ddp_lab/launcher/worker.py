@@ -228,10 +228,12 @@ _GLOO_GROUPS_LEFT_TO_EXIT = []
 def _stop_own_forkserver():
     """Stop the forkserver that a launch from inside this rank started, if one did.
 
-    Its socket is a ``listener-*`` file in multiprocessing's temporary folder,
-    which a rank shares with the notebook: left to the rank's end (killed with
-    its process group), the file would stay there until the notebook exits,
-    one more for every such launch. Stopping it removes the file.
+    Its socket is a ``listener-*`` file in the temporary folder the launcher
+    gave this launch's ranks; stopping the forkserver removes the file, and
+    ends a process that holds a copy of torch, before the rank replies. (A
+    rank killed before it gets here cannot stop it: the launcher then kills
+    it with the rank's process group and removes the whole folder, see
+    ``worker_group``.)
     """
     forkserver = sys.modules.get("multiprocessing.forkserver")
     server = getattr(forkserver, "_forkserver", None)

@@ -12,6 +12,13 @@ What they print is read as it comes, kept within bounds and, where someone
 watches, shown on a live line while they run (``ddp_lab.launcher.output``).
 What each rank finds in its environment is ``ddp_lab.launcher.worker_env``'s.
 
+Each launch gives its ranks a temporary folder of their own, inside
+multiprocessing's (the notebook's), and removes it once they are dead. A rank
+that launches ranks itself starts a forkserver of its own, whose socket is a
+``listener-*`` file in that folder; a rank that ends normally stops it
+(``worker._stop_own_forkserver``), but a rank killed with SIGKILL (a timeout,
+a crash) has no chance to, and the file would stay until the notebook exits.
+
 The rendezvous store (where ranks find each other) is hosted here, in the
 notebook, on a loopback socket the operating system picked, exactly as
 torchrun's agent hosts it. Two notebooks launching at once get two ports.
@@ -26,13 +33,16 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from multiprocessing import util
 from multiprocessing.connection import wait
 
 from ddp_lab.launcher import protocol, shutdown
@@ -98,11 +108,13 @@ class WorkerGroup:
         context = forkserver_context()
         self._ranks = []
         self._killed = False
+        # The ranks' own temporary folder (see the module doc), removed by kill().
+        self._temp_dir = tempfile.mkdtemp(prefix="ranks-", dir=util.get_temp_dir())
         shutdown.stop_at_exit(self)  # from now on, interpreter exit or kernel shutdown stops it
         try:
             for rank, (kind, *fields) in enumerate(jobs):
                 spec = self._spec(rank, source_lines or {})
-                self._ranks.append(_start_rank(context, spec, (kind, self.job.job_id, *fields)))
+                self._ranks.append(_start_rank(context, spec, (kind, self.job.job_id, *fields), self._temp_dir))
         except BaseException:
             self.kill()
             raise
@@ -284,6 +296,8 @@ class WorkerGroup:
         (``subprocess.Popen``, ``os.fork``) running: they are still in its
         process group, and are killed with it. Only a process that left the
         group (``start_new_session=True``, ``os.setsid``) is out of reach.
+        Then the ranks' temporary folder goes, with whatever their
+        multiprocessing left in it (the socket of a forkserver of their own).
         """
         if self._killed:
             return
@@ -299,6 +313,7 @@ class WorkerGroup:
                     r.output_pipe.close()
                     r.output_pipe = None
                 r.process.close()
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._store = None  # closes the store's listening socket
             shutdown.forget(self)
 
@@ -331,7 +346,7 @@ def interrupts_deferred():
             signal.raise_signal(signal.SIGINT)  # through the usual handler, now
 
 
-def _start_rank(context, spec, job):
+def _start_rank(context, spec, job, temp_dir):
     control, rank_control = context.Pipe(duplex=True)
     output_pipe, rank_output = context.Pipe(duplex=False)
     process = context.Process(
@@ -339,6 +354,9 @@ def _start_rank(context, spec, job):
         args=(spec, rank_control, rank_output, job),
         name=f"ddp_lab-rank-{spec.rank}",
     )
+    # A process takes a copy of its parent's multiprocessing settings (_config),
+    # where multiprocessing.util.get_temp_dir() looks for the temporary folder.
+    process._config["tempdir"] = temp_dir
     try:
         start_process(process)
     finally:
