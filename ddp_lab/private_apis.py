@@ -160,6 +160,11 @@ PRIVATE_APIS = (
         "multiprocessing.forkserver.ForkServer._stop", ("ddp_lab/launcher/shutdown.py",),
         "Closes the forkserver's pipe and collects it, as multiprocessing's own tests do.", PYTHON),
     PrivateAPI(
+        "multiprocessing.process.BaseProcess._config", ("ddp_lab/launcher/worker_group.py",),
+        "A process's settings, copied into every child (multiprocessing/process.py): its 'tempdir' "
+        "points a launch's ranks at a folder of their own, removed with them, so a killed rank's "
+        "nested forkserver leaves no listener file.", PYTHON, on_instances=True),
+    PrivateAPI(
         "multiprocessing.resource_tracker._resource_tracker",
         ("ddp_lab/launcher/shutdown.py", "tests/test_kernel_shutdown.py"),
         "The process's one resource tracker, stopped with the kernel: ranks still holding its pipe "

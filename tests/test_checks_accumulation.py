@@ -90,9 +90,25 @@ def answers():
     def crashes(model, optimizer, micro_batches):
         raise ValueError("not written yet")
 
+    def never_ends(model, optimizer, micro_batches):
+        import time
+
+        while True:  # computes for ever, and never waits for another rank
+            time.sleep(0.01)
+
+    def slow_on_rank_0(model, optimizer, micro_batches):
+        import time
+
+        import torch.distributed as dist
+
+        if dist.get_rank() == 0:
+            time.sleep(60)  # the other ranks wait for it in DDP's all-reduce
+        right(model, optimizer, micro_batches)
+
     return {f.__name__: f for f in (right, no_no_sync, backward_only_inside, all_inside,
                                      forward_inside_backward_outside, not_divided, divided_by_world_size_too,
-                                     step_per_micro_batch, zeroes_each_time, bypasses_ddp, crashes)}
+                                     step_per_micro_batch, zeroes_each_time, bypasses_ddp, crashes,
+                                     never_ends, slow_on_rank_0)}
 
 
 A = answers()
@@ -180,6 +196,23 @@ def test_an_exception_in_the_reader_code_is_reported_not_raised():
     result = check_accumulation(A["crashes"])
     assert kinds(result) == ["error"] and result.correct == 0
     assert "step 1: your code raised: ValueError: not written yet" in str(result)
+
+
+def test_ranks_still_computing_at_the_timeout_are_too_slow_not_a_hang():
+    # No rank waits for another: no deadlock, whatever the timeout says.
+    result = check_accumulation(A["never_ends"], timeout=3)
+    assert kinds(result) == ["too_slow"] and result.correct == 0, str(result)
+    text = str(result)
+    assert "no rank was waiting for another" in text and "so this is no deadlock" in text
+    assert "rank 0: running never_ends() line" in text and "give it more time (e.g. timeout=6)" in text
+
+
+def test_ranks_waiting_for_a_rank_still_computing_are_too_slow_not_a_hang():
+    result = check_accumulation(A["slow_on_rank_0"], timeout=3)
+    assert kinds(result) == ["too_slow"], str(result)
+    text = str(result)
+    assert "rank 1 was waiting for rank 0, which was still running your code" in text
+    assert "rank 0: running slow_on_rank_0() line" in text and "rank 1: waiting in " in text
 
 
 def test_a_wrong_signature_is_named_before_any_rank_starts():

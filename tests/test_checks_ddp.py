@@ -199,6 +199,22 @@ def test_missing_broadcast_is_named_and_the_rest_still_checked():
     assert result.correct == result.total - 1
 
 
+def test_missing_broadcast_says_how_far_apart_the_replicas_are():
+    # Without the broadcast, rank 1 keeps the MLP it built from its own seed
+    # (the checker's: 100 + rank): the message gives the largest difference of
+    # one weight from rank 0's, a subtraction and a maximum, the same everywhere.
+    from ddp_lab.checks.ddp import WIDTHS
+    from ddp_lab.models import mlp
+
+    rank_0, rank_1 = mlp(WIDTHS, seed=100), mlp(WIDTHS, seed=101)
+    largest = max(float((p.detach() - q.detach()).abs().max()) for p, q in zip(rank_0.parameters(), rank_1.parameters()))
+    assert largest > 0.1  # the replicas are far apart: nothing below is a rounding
+    result = check_ddp(W["no_broadcast"], steps=1)
+    assert kinds(result) == ["no_broadcast"]
+    assert (f"still differ from rank 0's on rank 1, by up to {largest:.2g} (the largest difference of one "
+            f"weight between the replicas)") in str(result)
+
+
 def test_no_synchronisation_is_named():
     result = check_ddp(W["silent"])
     assert kinds(result) == ["gradients", "no_all_reduce"]

@@ -86,6 +86,18 @@ def _names_the_class_in_the_state(key):
     assert Probe().get_state()[key].endswith(".Probe")
 
 
+def _tempdir_inherited(process_class):
+    import multiprocessing.process
+    import multiprocessing.util
+
+    config = multiprocessing.process.current_process()._config
+    assert isinstance(config, dict), f"a process's _config is a {type(config).__name__}, not a dict"
+    assert "_config" in inspect.getsource(multiprocessing.process.BaseProcess.__init__), \
+        "a new process no longer copies its parent's _config"
+    assert re.search(r"_config\.get\(['\"]tempdir['\"]\)", inspect.getsource(multiprocessing.util.get_temp_dir)), \
+        "multiprocessing.util.get_temp_dir no longer reads _config['tempdir']"
+
+
 BEHAVIOUR = {
     "torch.distributed.distributed_c10d._pg_map": _pg_map_read_by_name,
     "torch.distributed.rendezvous._create_c10d_store": _rendezvous_arguments,
@@ -96,6 +108,7 @@ BEHAVIOUR = {
     "cloudpickle.Pickler.dispatch_table": _a_mapping,
     "ipykernel.kernelbase.Kernel._allow_stdin": _allow_stdin_set_per_request,
     "anywidget.widget._ANYWIDGET_ID_KEY": _names_the_class_in_the_state,
+    "multiprocessing.process.BaseProcess._config": _tempdir_inherited,
 }
 
 

@@ -30,13 +30,26 @@ nb = {"cells": [
    "source": "print('KERNEL', explorer.topology, '|', explorer.error, '|', [round(r.total/1e9, 4) for r in calculator.rows], calculator.stage)"},
  ], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
  "nbformat": 4, "nbformat_minor": 5}
+# When a cell may be run. JupyterLab runs a code cell only if the notebook's
+# session has a kernel (CodeCell.execute in @jupyterlab/cells: without one it
+# clears the cell's prompt and returns, and run-and-select-next still moves on).
+# The toolbar's execution indicator is no sign of that: it starts at
+# data-status="idle" before any kernel is attached (then "initializing",
+# "unknown", and "idle" again once connected), and a Shift+Enter pressed in
+# that second or so was lost: the first cell never ran.
+KERNEL_READY = """() => {
+  const kernel = window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel;
+  return !!kernel && kernel.connectionStatus === "connected" && kernel.status === "idle";
+}"""
 root = tempfile.mkdtemp(prefix="ddp-lab-jupyterlab-")
 json.dump(nb, open(f"{root}/check.ipynb", "w"))
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
+# expose_app_in_browser: window.jupyterapp, to wait for the notebook's kernel (see KERNEL_READY)
 lab = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-                        "--IdentityProvider.token=t0k", "--allow-root", f"--ServerApp.root_dir={root}"],
+                        "--IdentityProvider.token=t0k", "--allow-root", f"--ServerApp.root_dir={root}",
+                        "--LabApp.expose_app_in_browser=True"],
                        stdout=subprocess.DEVNULL, stderr=open(f"{root}/lab.log", "w"))
 try:
     for _ in range(120):
@@ -55,7 +68,7 @@ try:
         page.on("console", lambda m: m.type == "error" and errors.append(m.text))
         page.goto(f"http://127.0.0.1:{port}/lab/tree/check.ipynb?token=t0k")
         page.wait_for_selector(".jp-Notebook", timeout=60000)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60000)
+        page.wait_for_function(KERNEL_READY, timeout=60000)
         page.locator(".jp-Cell").first.click()
         for _ in range(2):
             page.keyboard.press("Shift+Enter")

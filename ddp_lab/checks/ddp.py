@@ -107,6 +107,7 @@ class _Observations:
     error: str | None = None
     error_stage: str | None = None
     start_differs: list = field(default_factory=list)  # names whose start != rank 0's
+    start_difference: float = 0.0  # the largest |weight - rank 0's weight| after wrapping
     ready_order: list = field(default_factory=list)  # parameter names, in the order backward made them ready
     steps: list = field(default_factory=list)  # per step: {"gradients": {name: kind}, "weights_ok": bool}
     collectives: list = field(default_factory=list)  # per step: [(op, phase, numel, bytes)]
@@ -173,6 +174,7 @@ def _run_on_rank(make_ddp, bucket_cap_mb, steps, model="mlp"):
             wrapped = make_ddp(theirs) if bucket_cap_mb is None else make_ddp(theirs, bucket_cap_mb=bucket_cap_mb)
         seen.start_differs = [n for n, a, b in zip(names, theirs.parameters(), torch_ddp.module.parameters())
                               if not torch.equal(a, b)]
+        seen.start_difference = _largest_difference(theirs, torch_ddp.module)
         finish = getattr(wrapped, "finish_gradient_synchronization", None)
         generator = torch.Generator().manual_seed(1000 + rank)
         for step in range(steps):
@@ -212,6 +214,17 @@ def _run_on_rank(make_ddp, bucket_cap_mb, steps, model="mlp"):
         seen.error = error_in_your_code(error)
         seen.error_stage = stage
     return seen
+
+
+def _largest_difference(model, reference):
+    """The largest ``|p - q|`` over all weights of two models (those of one shape); 0.0 if none differ.
+
+    One subtraction per weight and a maximum: the same on every machine, whatever
+    the order in which the elements are visited.
+    """
+    with torch.no_grad():
+        return max((float((p - q).abs().max()) for p, q in zip(model.parameters(), reference.parameters())
+                    if p.shape == q.shape and p.numel()), default=0.0)
 
 
 def _copy_parameters(source, target):
@@ -364,11 +377,13 @@ def _verdict(subject, total, ranks, bucket_cap_mb, steps):
     if differs:
         failed.add("start")
         which = f"all {len(names)} parameter tensors" if len(differs) == len(names) else _names(differs)
+        largest = max(seen.start_difference for seen in ranks)
         mistakes.append(Mistake("start", "no_broadcast",
                                 f"parameters not broadcast from rank 0 at start: after wrapping, "
                                 f"{which} still differ from rank 0's on "
-                                f"{_ranks_with(ranks, lambda s: s.start_differs)}. Broadcast every parameter "
-                                f"(dist.broadcast(p.data, src=0)) when the wrapper is built"))
+                                f"{_ranks_with(ranks, lambda s: s.start_differs)}, by up to {largest:.2g} "
+                                f"(the largest difference of one weight between the replicas). Broadcast every "
+                                f"parameter (dist.broadcast(p.data, src=0)) when the wrapper is built"))
     mistakes += _gradient_mistakes(ranks, steps, failed)
     bad_weights = [s for s in range(steps) if not all(seen.steps[s]["weights_ok"] for seen in ranks)]
     for s in bad_weights:
