@@ -5,7 +5,9 @@ imported only then). The launcher (``ddp_lab.launcher.config``) shares the
 cores between the ranks and picks a backend with them (Chapter 3); the
 torchrun helpers keep gloo on loopback with ``loopback_interface`` and give
 each rendezvous a ``free_port`` (Chapters 2 and 11); the benchmarks say how
-many cores they ran on (Chapter 10).
+many cores they ran on (Chapter 10). ``uses_nccl`` reads a process group's
+backend string, here because code inside ranks needs it too and must not
+import the launcher.
 """
 
 from __future__ import annotations
@@ -54,3 +56,13 @@ def loopback_interface():
         if candidate in names:
             return candidate
     return None
+
+
+def uses_nccl(backend) -> bool:
+    """Does a process group of this backend string reduce CUDA tensors with nccl?
+    (``"nccl"`` or ``"cpu:gloo,cuda:nccl"``: ``dist.get_backend()`` returns the whole string.)
+
+    >>> uses_nccl("cpu:gloo,cuda:nccl"), uses_nccl("gloo")
+    (True, False)
+    """
+    return any(part in ("nccl", "cuda:nccl") for part in str(backend).split(","))

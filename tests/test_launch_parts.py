@@ -4,7 +4,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from ddp_lab.host import loopback_interface
+from ddp_lab.host import loopback_interface, uses_nccl
 from ddp_lab.launcher.config import LaunchConfig
 from ddp_lab.launcher.output import RankOutput, render_by_rank
 from ddp_lab.launcher.where_stuck import describe_where
@@ -87,6 +87,6 @@ def test_auto_on_a_gpu_box_keeps_a_cpu_backend_in_the_group(monkeypatch):
     devices = BackendConfig(Backend(chosen)).get_device_backend_map()
     assert devices == {"cpu": "gloo", "cuda": "nccl"}, devices
     assert BackendConfig(Backend("nccl")).get_device_backend_map() == {"cuda": "nccl"}  # what the old code made
-    assert config.uses_nccl(chosen) and config.uses_nccl("nccl") and not config.uses_nccl("gloo")
+    assert uses_nccl(chosen) and uses_nccl("nccl") and not uses_nccl("gloo")
     monkeypatch.setattr(config, "cuda_device_count", lambda: 1)
     assert config.choose_backend("auto", 2) == "gloo"  # fewer GPUs than ranks: gloo for everything

@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ddp_lab.launcher.config import uses_nccl
+from ddp_lab.host import uses_nccl
 
 __all__ = ["elapsed_seconds", "slowest_rank_seconds", "collective_device"]
 

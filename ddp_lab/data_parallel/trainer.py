@@ -44,7 +44,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler
 
-from ddp_lab.launcher.config import uses_nccl
+from ddp_lab.host import uses_nccl
 from ddp_lab.validate import check_positive_int
 
 __all__ = ["EpochMetrics", "Trainer", "reduce_sums"]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ddp_lab.gpu_check.machine import gpu_names
 from ddp_lab.gpu_check.results import RESULTS_DIR, RESULTS_FOLDER, stored_results
-from ddp_lab.launcher.config import uses_nccl
+from ddp_lab.host import uses_nccl
 from ddp_lab.units import format_bytes, format_rate, format_seconds
 
 __all__ = ["show_gpu_results", "gpu_results_text", "report", "measured_on", "checks_table", "all_reduce_table",

@@ -37,7 +37,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ddp_lab.launcher.config import uses_nccl
+from ddp_lab.host import uses_nccl
 
 __all__ = ["MODEL", "on_rank_profile_step", "summarise_trace", "compute_stream", "is_communication", "overlap_us",
            "short_kernel_name", "ddp_step_profile"]

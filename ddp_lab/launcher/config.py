@@ -141,12 +141,6 @@ def choose_backend(backend, world_size):
     return choice
 
 
-def uses_nccl(backend) -> bool:
-    """Does a process group of this backend string reduce CUDA tensors with nccl?
-    (``"nccl"`` or ``"cpu:gloo,cuda:nccl"``: ``dist.get_backend()`` returns the whole string.)"""
-    return any(part in ("nccl", "cuda:nccl") for part in str(backend).split(","))
-
-
 def threads_per_rank(world_size):
     """Intra-op threads for each rank when the launch does not say.
 

@@ -41,8 +41,8 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from ddp_lab.host import uses_nccl
 from ddp_lab.launcher import protocol, serialize
-from ddp_lab.launcher.config import uses_nccl
 from ddp_lab.launcher.keep_groups import keep_every_process_group
 from ddp_lab.launcher.where_stuck import main_thread_stack
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 
-from ddp_lab.host import loopback_interface
-from ddp_lab.launcher.config import say_once, uses_nccl
+from ddp_lab.host import loopback_interface, uses_nccl
+from ddp_lab.launcher.config import say_once
 
 
 def worker_environment(config, rank, master_port, notebook_env=None):
