@@ -29,7 +29,8 @@ and module):
 - ``collectives/``: Part II's algorithms, run inside each rank;
 - ``data_parallel/``: Part III (DDP by hand, hooks, overlap, a trainer) and
   ZeRO/FSDP (Part V);
-- ``model_parallel/``: tensor and pipeline parallelism (Part V);
+- ``model_parallel/``: tensor and pipeline parallelism, activation checkpointing,
+  and choosing a layout (Part V);
 - ``cluster/``: torchrun, Slurm and the network (Part IV);
 - ``debugging/``: a job that hangs, diverges or crawls: stacks, replicas,
   stragglers, the flight recorder (Chapter 13b, Lab 5b);

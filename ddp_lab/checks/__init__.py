@@ -15,6 +15,8 @@ tick or as a list of mistakes, each explained.
   line and ranks of each bug, and a fix run on real ranks).
 - Lab 6: ``check_zero1`` (ZeRO-1 built by hand: optimizer state sharded, reduce-scatter
   and all-gather) and ``check_memory_answer`` (bytes per rank under DDP and ZeRO-1/2/3).
+- Lab 7: ``check_fsdp_budget``, a model sharded with FSDP2 under a memory budget, its
+  loss curve and weights against DDP's.
 """
 
 from ddp_lab.lazy import lazy_exports
@@ -36,6 +38,7 @@ _EXPORTS = {
     "check_zero1": "ddp_lab.checks.zero1",
     "check_diagnosis": "ddp_lab.checks.debugging",
     "check_fix": "ddp_lab.checks.debugging",
+    "check_fsdp_budget": "ddp_lab.checks.fsdp_budget",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -4,7 +4,8 @@
 - ``comm_hooks``: DDP's communication hook, counting its all-reduces (Chapter 8);
 - ``overlap_timeline``: when each bucket's all-reduce runs during the backward pass (Chapter 8);
 - ``trainer``: a complete DDP training loop: sampler, checkpoints, metrics (Chapter 10);
-- ``zero_fsdp``: DDP, ZeRO-1 and FSDP trained side by side, their memory measured (Chapter 15).
+- ``zero_fsdp``: DDP, ZeRO-1 and FSDP trained side by side, their memory measured (Chapter 15);
+- ``fsdp``: FSDP2's ``fully_shard`` per layer, what each rank holds, the bytes each step sends (Chapter 15b).
 
 None of it imports ``ddp_lab.launcher``: it runs unchanged under torchrun.
 """

@@ -31,6 +31,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ddp_lab.data_parallel.fsdp import shard_per_layer
 from ddp_lab.models import mlp
 
 __all__ = ["STRATEGIES", "SIZES", "RankState", "train_and_measure"]
@@ -77,12 +78,10 @@ def _wrap(strategy: str, model: nn.Module, lr: float):
         wrapped = DDP(model)
         return wrapped, ZeroRedundancyOptimizer(wrapped.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
     if strategy == "FSDP":
-        from torch.distributed.fsdp import fully_shard
-
-        for layer in model:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer)  # one all-gather per layer, just before it runs
-        fully_shard(model)
+        # each Linear a unit (one all-gather per layer, just before it runs), then the
+        # root, on a mesh of the CPU: fully_shard's default mesh is the GPU where there
+        # is one, and on a GPU with fewer GPUs than ranks (Colab) it fails (Chapter 15b)
+        shard_per_layer(model)
         return model, torch.optim.Adam(model.parameters(), lr=lr)
     raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))}; got {strategy!r}")
 

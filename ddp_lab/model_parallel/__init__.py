@@ -1,5 +1,14 @@
-"""Chapter 15: splitting the model itself over ranks.
+"""Chapters 15, 15c and 15d: splitting the model itself over ranks, and choosing how.
 
-- ``tensor_parallel``: one MLP block split column- and row-wise over two ranks;
-- ``pipeline``: GPipe and 1F1B schedules, and the bubble, by arithmetic (no torch).
+- ``tensor_parallel``: the Megatron MLP split column- and row-wise over ranks, with its f and g operators (15, 15d);
+- ``traffic``: every collective a rank issues, with its phase and bytes, recorded at dispatch (15d);
+- ``tp_cost``: tensor against data parallelism, per layer, in the alpha-beta model (15d);
+- ``choosing``: a layout for a given model and cluster, memory first, then communication (15d);
+- ``pipeline``: GPipe and 1F1B schedules, and the bubble, by arithmetic (no torch) (15, 15c);
+- ``pipeline_run``: the schedules run on real ranks with ``torch.distributed.pipelining``, each
+  micro-batch's forward and backward timed (15c);
+- ``pipeline_timeline``: what a run's records say: order, bubble, activations held (15c);
+- ``checkpointing``: activation checkpointing, its memory saved and its recomputation counted (15c).
+
+FSDP, which shards data parallelism rather than the model, is in ``ddp_lab.data_parallel.fsdp``.
 """
