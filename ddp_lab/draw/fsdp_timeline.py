@@ -29,12 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import matplotlib.patheffects as effects
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ddp_lab.draw.palette import BLUE, GREEN, GREY, INK, MUTED_TEXT, ORANGE, PURPLE, SKY_BLUE, VERMILLION
+from ddp_lab.draw.palette import BLUE, GREEN, GREY, MUTED_TEXT, ORANGE, PURPLE, SKY_BLUE, VERMILLION
+from ddp_lab.draw.timeline import label_bars
 
 __all__ = ["ROWS", "draw_fsdp_timeline", "draw_fsdp_timelines"]
 
@@ -74,7 +74,7 @@ def draw_fsdp_timeline(record, *, ax=None, title: str | None = None, xmax: float
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     ax.tick_params(axis="y", length=0, labelsize=9)
-    _label_bars(ax, bars)
+    label_bars(ax, bars, fontsize=7.5, outline=True)
     ax.set_title(title if title is not None else f"rank {record.rank} of {record.world_size}",
                  fontsize=10.5, loc="left", pad=14)
     return ax.figure
@@ -147,15 +147,3 @@ def _phase_names(ax, record):
         middle = (max(start * MS, x0) + min(end * MS, x1)) / 2
         ax.text(middle, len(ROWS) - 0.45, name, ha="center", va="bottom", fontsize=8.5, color=MUTED_TEXT,
                 clip_on=False)
-
-
-def _label_bars(ax, bars, fontsize=7.5):
-    """Write each label inside its bar, where it fits (estimated from the axes' size)."""
-    x0, x1 = ax.get_xlim()
-    box = ax.get_position()
-    points_per_ms = box.width * ax.figure.get_figwidth() * 72 / (x1 - x0)
-    for left, width, y, label in bars:
-        if label and 0.7 * fontsize * len(label) + 4 <= width * points_per_ms:
-            ax.text(left + width / 2, y, label, ha="center", va="center", fontsize=fontsize,
-                    color="white", fontweight="bold", clip_on=True,
-                    path_effects=[effects.withStroke(linewidth=1.6, foreground=INK)])

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import matplotlib.patheffects as effects
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from ddp_lab.draw.palette import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY_BLUE, VERMILLION
+from ddp_lab.draw.palette import BLUE, GREEN, GREY, INK, ORANGE, PURPLE, SKY_BLUE, VERMILLION
 
-__all__ = ["draw_timeline", "draw_timelines"]
+__all__ = ["draw_timeline", "draw_timelines", "label_bars"]
 
 # Okabe & Ito, without black and yellow (too light for white labels).
 BUCKET_COLOURS = (BLUE, ORANGE, GREEN, PURPLE, VERMILLION, SKY_BLUE, GREY)
@@ -79,7 +80,7 @@ def draw_timeline(timeline, *, ax=None, title: str | None = None, xmax: float | 
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     ax.tick_params(axis="y", length=0, labelsize=9)
-    _label_bars(ax, bars)
+    label_bars(ax, bars)
     ax.set_title(title if title is not None else
                  f"rank {timeline.rank}, {timeline.cap_text(spaced=True)}: "
                  f"{buckets} bucket{'s' if buckets != 1 else ''}", fontsize=10.5, loc="left")
@@ -146,12 +147,15 @@ def _bar(ax, y, start, end, colour, label):
     return (left, width, y, label)
 
 
-def _label_bars(ax, bars, fontsize=8):
-    """Write each label inside its bar, where it fits (estimated from the axes' size)."""
+def label_bars(ax, bars, fontsize=8, *, outline=False):
+    """Write each label inside its bar, where it fits (estimated from the axes' size);
+    ``bars`` are ``(left, width, y, label)`` in milliseconds. With ``outline``, each
+    letter gets a dark edge, for bars of light colours (Chapter 15b's timeline)."""
     x0, x1 = ax.get_xlim()
     box = ax.get_position()
     points_per_ms = box.width * ax.figure.get_figwidth() * 72 / (x1 - x0)
+    edge = [effects.withStroke(linewidth=1.6, foreground=INK)] if outline else None
     for left, width, y, label in bars:
         if label and 0.72 * fontsize * len(label) + 6 <= width * points_per_ms:
             ax.text(left + width / 2, y, label, ha="center", va="center", fontsize=fontsize,
-                    color="white", fontweight="bold", clip_on=True)
+                    color="white", fontweight="bold", clip_on=True, path_effects=edge)
