@@ -17,6 +17,7 @@ from ddp_lab.gpu_check.step_profile import (
     overlap_us,
     short_kernel_name,
     summarise_trace,
+    with_communication_marked,
 )
 
 
@@ -102,9 +103,12 @@ def test_kernel_names_lose_their_templates_and_parameters(name, short):
 
 
 def test_the_picture_has_a_row_per_stream_below_the_cpu_rows():
-    figure = draw_step_profile([summarise_trace(gpu_trace())], titles=["test trace"])
+    marked = with_communication_marked(summarise_trace(gpu_trace()))
+    assert [e["communication"] for lane in marked["streams"] for e in lane["events"]] == [
+        False, False, False, False, True]  # the NCCL kernel alone; the copy is on the compute stream
+    figure = draw_step_profile([marked], titles=["test trace"])
     ax = figure.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["CPU", "all-reduce calls", "stream 7", "stream 20"]
     assert ax.get_title(loc="left") == "test trace"
     with pytest.raises(ValueError, match="1 titles for 2 summaries"):
-        draw_step_profile([summarise_trace(gpu_trace())] * 2, titles=["one"])
+        draw_step_profile([marked] * 2, titles=["one"])

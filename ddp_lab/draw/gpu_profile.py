@@ -2,7 +2,8 @@
 
 Input: the summaries that ``ddp_lab.gpu_check.step_profile`` keeps of a
 ``torch.profiler`` trace (the ``ddp_step_profile`` check's details in a
-results file of ``python -m ddp_lab.gpu_check``). Each summary is one panel,
+results file of ``python -m ddp_lab.gpu_check``), each GPU event marked
+``communication`` or not (``step_profile.with_communication_marked``). Each summary is one panel,
 on a time axis of milliseconds from the start of the step's forward:
 
 * *CPU*: the forward, the backward and the optimizer step, as Python ran them;
@@ -26,7 +27,6 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ddp_lab.draw.palette import BLUE, GREY, ORANGE, SKY_BLUE, VERMILLION
-from ddp_lab.gpu_check.step_profile import is_communication
 
 __all__ = ["draw_step_profile", "PHASE_COLOURS"]
 
@@ -64,7 +64,7 @@ def _panel(ax, summary, title):
         _bar(ax, 1, call, COMMUNICATION, alpha=0.5)
     for row, lane in enumerate(summary["streams"], start=2):
         for event in lane["events"]:
-            talks = is_communication(event, lane["stream"], summary["compute_stream"])
+            talks = event["communication"]
             _bar(ax, row, event, COMMUNICATION if talks else PHASE_COLOURS.get(event.get("phase"), GREY))
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
     ax.set_ylim(len(rows) - 0.4, -0.6)

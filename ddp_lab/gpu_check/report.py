@@ -229,12 +229,14 @@ def show_step_profiles(folder=None):
     from IPython.display import display
 
     from ddp_lab.draw.gpu_profile import draw_step_profile
+    from ddp_lab.gpu_check.step_profile import with_communication_marked
 
     for document, summaries in found:
         print(f"A DDP step under torch.profiler, {measured_on(document)}:")
         for summary in summaries:
             print("\n".join(step_profile_lines(summary)))
-        display(draw_step_profile(summaries, titles=[layout_title(s) for s in summaries]))
+        display(draw_step_profile([with_communication_marked(s) for s in summaries],
+                                  titles=[layout_title(s) for s in summaries]))
 
 
 def _stored(folder):

@@ -39,7 +39,8 @@ import torch.nn.functional as F
 
 from ddp_lab.host import uses_nccl
 
-__all__ = ["MODEL", "on_rank_profile_step", "summarise_trace", "compute_stream", "is_communication", "overlap_us",
+__all__ = ["MODEL", "on_rank_profile_step", "summarise_trace", "compute_stream", "is_communication",
+           "with_communication_marked", "overlap_us",
            "short_kernel_name", "ddp_step_profile"]
 
 # 8 square layers of 2048: 16 MiB of float32 weights each, 128 MiB in all,
@@ -180,6 +181,14 @@ def compute_stream(lanes):
 def is_communication(event, stream, compute):
     """An NCCL kernel, or a copy on a stream other than the compute stream (gloo's staging copies)."""
     return event["kind"] == "nccl" or (event["kind"] == "copy" and stream != compute)
+
+
+def with_communication_marked(summary):
+    """A copy of ``summary`` in which every GPU event says whether it is communication
+    (``is_communication``), as ``ddp_lab.draw.gpu_profile`` colours it."""
+    lanes = [{**lane, "events": [{**e, "communication": is_communication(e, lane["stream"], summary["compute_stream"])}
+                                  for e in lane["events"]]} for lane in summary["streams"]]
+    return {**summary, "streams": lanes}
 
 
 def overlap_us(lanes, compute):
