@@ -14,6 +14,7 @@ def answers():
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -27,11 +28,12 @@ def answers():
         if optimizer_first:
             optimizer = torch.optim.Adam(model.parameters(), lr=LR)
         if shard:
+            mesh = init_device_mesh("cpu", (dist.get_world_size(),))  # as the lab asks, GPU or not
             for layer in model:
                 if isinstance(layer, layers):
-                    fully_shard(layer)
+                    fully_shard(layer, mesh=mesh)
             if root:
-                fully_shard(model)
+                fully_shard(model, mesh=mesh)
         if ddp:
             model = DDP(model)
         if not optimizer_first:
