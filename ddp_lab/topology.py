@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from ddp_lab.validate import is_int
 
-__all__ = ["Process", "Topology", "divisors"]
+__all__ = ["Process", "Topology", "divisors", "require_count"]
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -56,7 +56,7 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _require_count(name: str, value: object) -> None:
+def require_count(name: str, value: object) -> None:
     """Raise ValueError unless ``value`` is a whole number >= 1.
 
     ``True`` is an ``int`` in Python and ``2.0`` equals ``2``, but a node count
@@ -111,9 +111,9 @@ class Topology:
     gpus_per_process: int = 1
 
     def __post_init__(self) -> None:
-        _require_count("nodes", self.nodes)
-        _require_count("gpus_per_node", self.gpus_per_node)
-        _require_count("gpus_per_process", self.gpus_per_process)
+        require_count("nodes", self.nodes)
+        require_count("gpus_per_node", self.gpus_per_node)
+        require_count("gpus_per_process", self.gpus_per_process)
         if self.gpus_per_node % self.gpus_per_process != 0:
             allowed = ", ".join(str(k) for k in divisors(self.gpus_per_node))
             raise ValueError(

@@ -39,7 +39,7 @@ from .links import Link, allreduce_seconds
 
 __all__ = ["GPU", "GPUS", "BACKWARD_SHARE", "compute_seconds", "flat_all_reduce_seconds",
            "hierarchical_all_reduce_seconds", "step_seconds", "scaling_efficiency",
-           "tokens_to_hide"]
+           "tokens_to_hide", "check_positive"]
 
 # The backward pass costs twice the forward pass: 4 of the 6 P T operations.
 BACKWARD_SHARE = 2 / 3
@@ -69,9 +69,9 @@ def compute_seconds(parameters: float, tokens: float, flops: float, utilisation:
     (its *model FLOPs utilisation*, MFU; 0.3 to 0.5 is typical of large
     training runs).
     """
-    _positive("parameters", parameters)
-    _positive("tokens", tokens)
-    _positive("flops", flops)
+    check_positive("parameters", parameters)
+    check_positive("tokens", tokens)
+    check_positive("flops", flops)
     if not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
     return 6 * parameters * tokens / (flops * utilisation)
@@ -133,8 +133,8 @@ def scaling_efficiency(compute: float, step: float) -> float:
     One rank alone takes ``compute`` per step; with W ranks each step takes
     ``step``, for W times the samples: the efficiency is ``compute / step``.
     """
-    _positive("compute", compute)
-    _positive("step", step)
+    check_positive("compute", compute)
+    check_positive("step", step)
     return compute / step
 
 
@@ -146,15 +146,17 @@ def tokens_to_hide(parameters: float, all_reduce: float, flops: float, utilisati
     all-reduce of ``all_reduce`` seconds costs nothing. (The all-reduce does
     not depend on the batch: its size is the gradients'.)
     """
-    _positive("parameters", parameters)
+    check_positive("parameters", parameters)
     _non_negative("all_reduce", all_reduce)
-    _positive("flops", flops)
+    check_positive("flops", flops)
     if not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
     return all_reduce * flops * utilisation / (4 * parameters)
 
 
-def _positive(name, value):
+def check_positive(name, value):
+    """Refuse a value that is not a number > 0 (True and NaN included), naming it: the
+    check of every function here, and of the scaling explorer's settings (Chapter 12b)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
 

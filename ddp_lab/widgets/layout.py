@@ -27,7 +27,7 @@ from __future__ import annotations
 import html
 
 from ddp_lab.draw.palette import INK, OKABE_ITO, PANEL
-from ddp_lab.topology import Topology, _require_count
+from ddp_lab.topology import Topology, require_count
 
 from .control import CheckedInt, Control, figure_html, javascript
 
@@ -41,9 +41,9 @@ class LayoutExplorer(Control):
     """The layout explorer of Chapter 2 (``book/part1_foundations/02_nodes_and_ranks``)."""
 
     # each count refused as Topology refuses it (its own check: a lesson of Chapter 2)
-    nodes = CheckedInt(2, min=1, max=MAX_NODES, check=_require_count).tag(sync=True)
-    gpus_per_node = CheckedInt(4, min=1, max=MAX_GPUS_PER_NODE, check=_require_count).tag(sync=True)
-    gpus_per_process = CheckedInt(1, min=1, max=MAX_GPUS_PER_NODE, check=_require_count).tag(sync=True)
+    nodes = CheckedInt(2, min=1, max=MAX_NODES, check=require_count).tag(sync=True)
+    gpus_per_node = CheckedInt(4, min=1, max=MAX_GPUS_PER_NODE, check=require_count).tag(sync=True)
+    gpus_per_process = CheckedInt(1, min=1, max=MAX_GPUS_PER_NODE, check=require_count).tag(sync=True)
 
     _esm = javascript("layout.js", {
         "palette": list(OKABE_ITO),  # a process's colour, by its local rank, as ddp_lab.draw.layout colours it
