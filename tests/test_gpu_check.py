@@ -486,6 +486,10 @@ def test_the_book_stores_only_real_gpu_measurements():
     assert RESULTS_DIR == ROOT / "book" / "part4_running" / "gpu_results"
     assert (RESULTS_DIR / "README.md").is_file()  # the folder, documented, even while it holds no file
     for document in stored_results():  # each one follows the format...
-        assert document["machine"]["gpus"] >= 1 and not document["allow_no_gpu"]  # ...and comes from GPUs
+        machine = document["machine"]
+        assert machine["gpus"] >= 1 and not document["allow_no_gpu"]  # ...and comes from GPUs
+        # ...named, with the versions a reader compares with their own machine's
+        assert all(device["name"] for device in machine["devices"]) and machine["driver"] != "unknown"
+        assert machine["cuda"] and machine["nccl"] and "+cu" in machine["torch"]
     if not stored_results():
         assert gpu_results_text("all_reduce") == NO_MEASUREMENT
