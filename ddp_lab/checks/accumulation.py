@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ddp_lab.checks.harness import first_line, launch_checked, same_values, still_computing, stuck_ranks
+from ddp_lab.checks.harness import first_line, launch_checked, same_values, timed_out
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
 from ddp_lab.launcher.errors import RanksTimedOut
@@ -217,11 +217,10 @@ def check_accumulation(step, *, world_size: int = 2, micro_batches: int = 4, ste
     ranks, error = launch_checked(_run_on_rank, world_size, args=(step, micro_batches, steps),
                                   threads=1, timeout=timeout)
     if isinstance(error, RanksTimedOut):
-        return CheckResult(subject, 0, total, "check", (still_computing("all ranks", error, timeout) or Mistake(
-            "all ranks", "hang",
-            f"the ranks did not finish within {timeout:g} s ({stuck_ranks(error)}). A rank waiting in an "
-            f"all-reduce waits for the others to call the same one: does every rank run the same forward and "
-            f"backward passes, inside no_sync() on every rank or on none?"),))
+        return CheckResult(subject, 0, total, "check", (timed_out(
+            "all ranks", error, timeout,
+            "A rank waiting in an all-reduce waits for the others to call the same one: does every rank run "
+            "the same forward and backward passes, inside no_sync() on every rank or on none?"),))
     if error is not None:
         return CheckResult(subject, 0, total, "check", (Mistake("a rank", "crash", first_line(error)),))
     errors = [seen for seen in ranks if seen.error]

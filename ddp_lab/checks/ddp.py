@@ -67,6 +67,7 @@ from ddp_lab.checks.harness import (
     same_values,
     still_computing,
     stuck_ranks,
+    timed_out,
 )
 from ddp_lab.checks.result import CheckResult, Mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
@@ -289,11 +290,10 @@ def check_ddp(make_ddp, *, bucket_cap_mb: float | None = None, world_size: int =
     ranks, error = launch_checked(_run_on_rank, world_size, args=(make_ddp, bucket_cap_mb, steps),
                                   threads=1, timeout=timeout)
     if isinstance(error, RanksTimedOut):
-        return CheckResult(subject, 0, total, "check", (still_computing("all ranks", error, timeout) or Mistake(
-            "all ranks", "hang",
-            f"the ranks did not finish within {timeout:g} s ({stuck_ranks(error)}). A rank waiting in an all-reduce "
-            f"waits for the others to call the same all-reduce: do all ranks issue the same collectives, "
-            f"in the same order, the same number of times?"),))
+        return CheckResult(subject, 0, total, "check", (timed_out(
+            "all ranks", error, timeout,
+            "A rank waiting in an all-reduce waits for the others to call the same all-reduce: do all ranks "
+            "issue the same collectives, in the same order, the same number of times?"),))
     if error is not None:
         return CheckResult(subject, 0, total, "check", (Mistake("a rank", "crash", first_line(error)),))
     result = _verdict(subject, total, ranks, bucket_cap_mb, steps)

@@ -64,6 +64,14 @@ def busy_ranks(error: RanksTimedOut) -> list[int]:
     return sorted(rank for rank, where in error.unfinished.items() if where.startswith("running "))
 
 
+def timed_out(where: str, error: RanksTimedOut, timeout, hint: str) -> Mistake:
+    """The Mistake for ranks stopped at the timeout: ``too_slow`` when one was still
+    computing (``still_computing``), else a ``hang``, with where each rank waited and
+    ``hint``, the exercise's words on what makes its collectives wait."""
+    return still_computing(where, error, timeout) or Mistake(
+        where, "hang", f"the ranks did not finish within {timeout:g} s ({stuck_ranks(error)}). {hint}")
+
+
 def still_computing(where: str, error: RanksTimedOut, timeout) -> Mistake | None:
     """A ``too_slow`` Mistake when some rank was still computing at the timeout; None otherwise.
 

@@ -44,8 +44,7 @@ from ddp_lab.checks.harness import (
     first_line,
     launch_checked,
     same_values,
-    still_computing,
-    stuck_ranks,
+    timed_out,
 )
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
@@ -223,13 +222,11 @@ def check_zero1(make_optimizer, *, world_size: int = 2, steps: int = 3, lr: floa
     reports, error = launch_checked(_run_on_rank, world_size, args=(make_optimizer, steps, lr),
                                     threads=1, timeout=timeout)
     if isinstance(error, RanksTimedOut):
-        where = stuck_ranks(error)
-        return CheckResult(subject, 0, total, "check", (still_computing("all ranks", error, timeout) or Mistake(
-            "all ranks", "hang",
-            f"the ranks did not finish within {timeout:g} s ({where}). A collective waits until every "
-            f"rank calls it: does every rank call the same reduce-scatter and all-gather, with tensors "
-            f"of the same size, in the same order? (a step() that returns early on one rank, or a "
-            f"collective inside `if rank == ...`, hangs the others)"),))
+        return CheckResult(subject, 0, total, "check", (timed_out(
+            "all ranks", error, timeout,
+            "A collective waits until every rank calls it: does every rank call the same reduce-scatter and "
+            "all-gather, with tensors of the same size, in the same order? (a step() that returns early on "
+            "one rank, or a collective inside `if rank == ...`, hangs the others)"),))
     if error is not None:
         message = first_line(error)
         if isinstance(error, RankDied) and error.signal_name == "SIGABRT":
