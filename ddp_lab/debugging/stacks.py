@@ -232,14 +232,31 @@ def _find_workers(agent, count: int, deadline: float) -> dict[int, int]:
     return workers
 
 
+def _alive(pid: int) -> bool:
+    """Is ``pid`` a running process (not gone, not a zombie waiting to be collected)?"""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _settled_stack(pid: int, deadline: float) -> list[Frame]:
     """The stack once it has sat in a collective for ``STILL_FOR`` seconds, or the last one seen at ``deadline``."""
     previous, since = None, None
     while True:
         try:
             frames = dump_stack(pid)
-        except RuntimeError:  # the process has exited
-            return previous or []
+        except RuntimeError:
+            if not _alive(pid):  # the process has exited: its last stack seen
+                return previous or []
+            # py-spy can fail to read a live process that is changing under it (a
+            # busy machine saw it once): keep the stack seen so far, and try again
+            if time.monotonic() >= deadline:
+                return previous or []
+            time.sleep(0.2)
+            continue
         now = time.monotonic()
         if frames != previous:
             previous, since = frames, now
