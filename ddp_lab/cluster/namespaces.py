@@ -311,7 +311,8 @@ class Cluster:
             envs.append({} if interface is None else {"GLOO_SOCKET_IFNAME": interface})
         if interface is None:
             env = {**(env or {}), "GLOO_SOCKET_IFNAME": ""}
-        return run_together(commands, env=env, envs=envs, cwd=cwd, timeout=timeout)
+        # The nodes' namespaces are the network: no private one around them.
+        return run_together(commands, env=env, envs=envs, cwd=cwd, timeout=timeout, private_network=False)
 
     def _check_running(self):
         if not self.running:

@@ -14,9 +14,13 @@ interpreter, which is the same program the ``torchrun`` command runs, so the
 script sees the torch (and ddp_lab) of this kernel. The agent and the workers
 it starts are fresh Pythons, as torchrun starts them everywhere.
 
-Everything stays on loopback: the rendezvous listens on 127.0.0.1, gloo binds
-to the loopback interface (``GLOO_SOCKET_IFNAME``) and ports are picked free
-by the operating system. An agent still running when a call ends (a
+Everything stays on this machine: each run's agents and workers share a
+network namespace of their own whose only interface is loopback
+(:mod:`ddp_lab.cluster.private_network`; torchrun's stores would otherwise
+listen on every interface), gloo binds to the loopback interface
+(``GLOO_SOCKET_IFNAME``) and ports are picked free by the operating system.
+Each agent gets a temporary folder of its own (``TMPDIR``), removed with it:
+torchrun leaves a ``torchelastic_*`` folder behind in it on every run. An agent still running when a call ends (a
 timeout, an error, an interrupted notebook) is stopped together with its
 workers, so no process outlives a call. So are the workers of an agent that
 died first (killed, say): they would run on, holding its output open. And
@@ -37,13 +41,16 @@ import ctypes
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 
+from ddp_lab.cluster.private_network import NOTICE, PrivateNetwork, private_network_available
 from ddp_lab.host import free_port, loopback_interface  # free_port: offered here too (Chapter 2)
 from ddp_lab.validate import check_int_at_least, check_positive_int
 
@@ -190,12 +197,16 @@ def loopback_environment(env=None) -> dict:
     return merged
 
 
-def run_together(commands, *, env=None, envs=None, cwd=None, timeout=120.0) -> list[TorchrunRun]:
+def run_together(commands, *, env=None, envs=None, cwd=None, timeout=120.0,
+                 private_network=True) -> list[TorchrunRun]:
     """Start every command at once, wait for all, return their runs in order.
 
     ``env`` adds variables for every command, ``envs`` (a list, one dict per
     command) for each command alone. Each command is started by
-    :func:`start_command`.
+    :func:`start_command`, all of them in one private network (a namespace
+    whose only interface is loopback) unless ``private_network`` is False:
+    the commands of a :class:`~ddp_lab.cluster.namespaces.Cluster` run in
+    its nodes' namespaces instead.
 
     Past ``timeout`` seconds, or on any error (KeyboardInterrupt included),
     every agent still running is stopped with all its workers, and a
@@ -207,19 +218,40 @@ def run_together(commands, *, env=None, envs=None, cwd=None, timeout=120.0) -> l
         raise ValueError(f"envs has {len(envs)} entries for {len(commands)} commands")
     environment = loopback_environment(env)
     tags = [f"{os.getpid()}-{time.monotonic_ns()}-{i}" for i in range(len(commands))]
+    network = new_private_network() if private_network else None
     processes = []
     try:
         for command, own, tag in zip(commands, envs, tags):
-            processes.append(start_command(command, env={**environment, **own, RUN_TAG: tag}, cwd=cwd))
+            processes.append(start_command(command, env={**environment, **own, RUN_TAG: tag}, cwd=cwd,
+                                           network=network or False))
+            if network:
+                network.hold(processes[0].pid)
         outputs = _communicate_all(processes, timeout, tags)
     finally:
         for process, tag in zip(processes, tags):
             stop_agent(process, tag)
+        if network:
+            network.close()
+    if network:
+        outputs = [(out, without_lookup_warnings(err)) for out, err in outputs]
     return [TorchrunRun(tuple(process.args), process.returncode, out, err)
             for process, (out, err) in zip(processes, outputs)]
 
 
-def start_command(command, *, env, cwd=None) -> subprocess.Popen:
+# In a private network there is no name server: torch's store server, naming a
+# client for its log, gets "temporary failure" (EAI_AGAIN) where this machine's
+# network answers "no such name" and torch prints the address instead. The
+# line says nothing about the job.
+LOOKUP_WARNING = re.compile(r"^\[W\d{4} [^\]]*socket\.cpp:\d+\] \[c10d\] The hostname of the client socket "
+                            r"cannot be retrieved\. err=-3\n", re.M)
+
+
+def without_lookup_warnings(stderr: str) -> str:
+    """stderr without the c10d lines a private network's missing name server causes (see above)."""
+    return LOOKUP_WARNING.sub("", stderr)
+
+
+def start_command(command, *, env, cwd=None, network=None) -> subprocess.Popen:
     """Start one command of a run (a torchrun agent, or ``ip netns exec ... torchrun``).
 
     In a session of its own, so that stopping it reaches everything it
@@ -227,9 +259,44 @@ def start_command(command, *, env, cwd=None) -> subprocess.Popen:
     gets SIGTERM when the thread that started it dies (``PR_SET_PDEATHSIG``,
     prctl(2)): a notebook kernel that is killed outright takes its agents
     with it, and torchrun stops its workers on SIGTERM.
+
+    ``network``: the :class:`~ddp_lab.cluster.private_network.PrivateNetwork`
+    to run in; None (the default) for one of its own, False for this
+    machine's network as it is. ``TMPDIR`` is a new folder, which
+    :func:`stop_agent` removes.
     """
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent)
+    if network is None:
+        network = new_private_network()
+    folder = tempfile.mkdtemp(prefix="ddp_lab_torchrun_")
+
+    def before_exec():
+        _die_with_parent()
+        if network:
+            network.enter()
+
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env={**env, "TMPDIR": folder}, cwd=cwd, start_new_session=True,
+                                   preexec_fn=before_exec)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    process.temporary_folder = folder
+    return process
+
+
+def new_private_network():
+    """A new loopback-only network for a run, or None (with a notice, once) where the system allows none."""
+    if private_network_available():
+        return PrivateNetwork()
+    global _noticed
+    if not _noticed:
+        print(NOTICE, file=sys.stderr)
+        _noticed = True
+    return None
+
+
+_noticed = False
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -327,6 +394,9 @@ def stop_agent(process, tag, grace: float = 5.0):
             pass
         process.wait()
     _kill_all(processes_tagged(tag))
+    folder = getattr(process, "temporary_folder", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)  # torchrun's torchelastic_* folder with it
 
 
 def _kill_all(members):
