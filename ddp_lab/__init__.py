@@ -41,7 +41,8 @@ and module):
   book, run and measured on a GPU machine, and the report the pages print;
 - ``lazy``: how ``import ddp_lab`` stays light (below); ``private_apis``:
   the private APIs of torch and of the tools the package relies on, in one
-  table, each tested (``tests/test_private_apis.py``).
+  table, each tested (``tests/test_private_apis.py``); ``__main__``:
+  ``python -m ddp_lab``, the version and the book's commands.
 
 ``import ddp_lab`` stays light: each name below is imported the first time
 it is used (torch comes with the first launch, matplotlib with the first

@@ -157,8 +157,32 @@ PRIVATE_APIS = (
         "None until the forkserver runs: add_forkserver_preload refuses once it runs (its imports are "
         "done), shutdown kills it, the tests find it.", PYTHON),
     PrivateAPI(
+        "multiprocessing.forkserver._forkserver._forkserver_alive_fd", ("ddp_lab/launcher/forkserver.py",),
+        "The write end of the pipe that keeps the forkserver alive. A child made with os.fork() inherits "
+        "it with the rest of its parent's record; the launcher closes the child's copy and resets the "
+        "record, so that the child's launch starts a forkserver of its own instead of failing with "
+        "ChildProcessError (Chapter 3).", PYTHON),
+    PrivateAPI(
+        "multiprocessing.forkserver._forkserver._forkserver_address",
+        ("ddp_lab/launcher/forkserver.py", "tests/test_launch_failures.py"),
+        "The forkserver's socket: reset with the rest of an inherited record; a test connects to it and "
+        "closes, as a broken-off request does.", PYTHON),
+    PrivateAPI(
+        "multiprocessing.forkserver._forkserver._lock", ("ddp_lab/launcher/forkserver.py",),
+        "Guards the record; replaced in a forked child, where another thread of the parent may have "
+        "held it at the fork.", PYTHON),
+    PrivateAPI(
         "multiprocessing.forkserver.ForkServer._stop", ("ddp_lab/launcher/shutdown.py",),
         "Closes the forkserver's pipe and collects it, as multiprocessing's own tests do.", PYTHON),
+    PrivateAPI(
+        "multiprocessing.forkserver.main", ("ddp_lab/launcher/forkserver_preload.py",),
+        "The forkserver's loop, recognised by name in the traceback it dies with when a request breaks "
+        "off (see recvfds).", PYTHON),
+    PrivateAPI(
+        "multiprocessing.reduction.recvfds", ("ddp_lab/launcher/forkserver_preload.py",),
+        "Where the forkserver's loop receives a request's file descriptors: an EOFError there (a request "
+        "broken off) ends the forkserver quietly, and the next launch says so in one line (Chapter 3).",
+        PYTHON),
     PrivateAPI(
         "multiprocessing.process.BaseProcess._config", ("ddp_lab/launcher/worker_group.py",),
         "A process's settings, copied into every child (multiprocessing/process.py): its 'tempdir' "
@@ -178,9 +202,11 @@ PRIVATE_APIS = (
         "Lets the tracker free what is left and exit; collects it.", PYTHON),
     # ---------------------------------------------------------- Python: the rest
     PrivateAPI(
-        "sys._current_frames", ("ddp_lab/launcher/where_stuck.py",),
+        "sys._current_frames", ("ddp_lab/launcher/where_stuck.py", "ddp_lab/launcher/config.py"),
         "The main thread's stack, read by a rank's own helper thread while the main thread waits: "
-        "where a hung rank waits (Chapter 3). Documented, but CPython's only.", PYTHON),
+        "where a hung rank waits (Chapter 3); and read by a launch from another thread: whether the "
+        "script's unguarded top-level code runs, which every rank would run again. Documented, but "
+        "CPython's only.", PYTHON),
     PrivateAPI(
         "sys._getframe", ("ddp_lab/launcher/config.py",),
         "The caller's frames: a launch from a script's top-level code without the __main__ guard is "

@@ -428,3 +428,51 @@ def test_one_other_failure_is_named_in_the_singular():
     one = ddp_lab.RankFailed(0, "ValueError", "odd", "", None, {1: "ValueError"}, {}, None)
     two = ddp_lab.RankFailed(0, "ValueError", "odd", "", None, {1: "ValueError", 2: "ValueError"}, {}, None)
     assert "(rank 1 failed too)" in str(one) and "(ranks 1, 2 failed too)" in str(two)
+
+
+def test_a_forkserver_whose_request_broke_off_stops_without_a_traceback(tmp_path):
+    # Issue 44: the dying forkserver printed its own EOFError traceback (from
+    # multiprocessing.reduction.recvfds) before the package's one-line notice.
+    script = tmp_path / "broken_off.py"
+    script.write_text(FORKSERVER_BROKEN_OFF)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ddp_lab: the forkserver had stopped (ConnectionRefusedError" in done.stdout
+    assert "Traceback" not in done.stderr and "EOFError" not in done.stderr, done.stderr
+
+
+LAUNCH_FROM_A_FORKED_CHILD = """
+import os, traceback
+import ddp_lab
+
+
+def pid():
+    return os.getpid()
+
+
+if __name__ == "__main__":
+    print("parent:", len(ddp_lab.launch(pid, 2)), flush=True)
+    child = os.fork()
+    if child == 0:  # a copy of a process that has launched, forkserver record and all
+        code = 1
+        try:
+            print("child:", len(ddp_lab.launch(pid, 2)), len(ddp_lab.launch(pid, 2)), flush=True)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    print("child exited with", os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]), flush=True)
+    print("parent again:", len(ddp_lab.launch(pid, 2)), flush=True)
+"""
+
+
+def test_a_child_forked_after_a_launch_launches_from_a_forkserver_of_its_own(tmp_path):
+    # Issue 44: the child inherited its parent's forkserver record, and its
+    # launch failed with a bare ChildProcessError (waitpid on the parent's child).
+    script = tmp_path / "forked.py"
+    script.write_text(LAUNCH_FROM_A_FORKED_CHILD)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ChildProcessError" not in done.stderr, done.stderr
+    assert done.stdout.splitlines()[-3:] == ["child: 2 2", "child exited with 0", "parent again: 2"], done.stdout

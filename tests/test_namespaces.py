@@ -250,3 +250,24 @@ def test_a_cluster_of_a_killed_process_is_removed_by_the_next_one():
     removed = namespaces.remove_stale()
     assert set(names) <= set(removed)
     assert not set(names) & set(namespaces.namespaces())
+
+
+def starts_its_own_group():
+    """Code written for torchrun: it initialises the default group itself."""
+    dist.init_process_group("gloo")
+    return dist.get_rank()
+
+
+@needs_root
+def test_code_that_initialises_its_own_group_is_told_cluster_launch_made_it():
+    # Issue 44: it got torch's bare "trying to initialize the default process group twice!".
+    import ddp_lab
+
+    with Cluster(2) as cluster:
+        with pytest.raises(ddp_lab.RankFailed) as caught:
+            cluster.launch(starts_its_own_group, 1, timeout=60, threads=1)
+    message = caught.value.exc_message
+    assert message.startswith("trying to initialize the default process group twice: Cluster.launch "
+                              "initialised it on every rank before calling your function. Use that group "
+                              "as it is (dist.get_rank(), dist.get_world_size(), and dist.group.WORLD")
+    assert "Cluster.launch always does" in message

@@ -98,6 +98,21 @@ def _tempdir_inherited(process_class):
         "multiprocessing.util.get_temp_dir no longer reads _config['tempdir']"
 
 
+def _a_fresh_record_starts_a_new_forkserver(alive_fd):
+    from multiprocessing import forkserver
+
+    init = inspect.getsource(forkserver.ForkServer.__init__)
+    for name in ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid"):
+        assert re.search(rf"self\.{name}\s*=\s*None", init), f"a new ForkServer no longer sets {name} to None"
+    assert re.search(r"if self\._forkserver_pid is not None", inspect.getsource(forkserver.ForkServer.ensure_running)), \
+        "ForkServer.ensure_running no longer starts a forkserver when _forkserver_pid is None"
+
+
+def _the_loop_receives_with_recvfds(main):
+    assert "reduction.recvfds(" in inspect.getsource(main), \
+        "the forkserver's loop no longer receives a request with reduction.recvfds"
+
+
 BEHAVIOUR = {
     "torch.distributed.distributed_c10d._pg_map": _pg_map_read_by_name,
     "torch.distributed.rendezvous._create_c10d_store": _rendezvous_arguments,
@@ -109,6 +124,8 @@ BEHAVIOUR = {
     "ipykernel.kernelbase.Kernel._allow_stdin": _allow_stdin_set_per_request,
     "anywidget.widget._ANYWIDGET_ID_KEY": _names_the_class_in_the_state,
     "multiprocessing.process.BaseProcess._config": _tempdir_inherited,
+    "multiprocessing.forkserver._forkserver._forkserver_alive_fd": _a_fresh_record_starts_a_new_forkserver,
+    "multiprocessing.forkserver.main": _the_loop_receives_with_recvfds,
 }
 
 

@@ -181,3 +181,12 @@ def test_a_script_spawning_without_the_main_guard_is_told_so(tmp_path):
     assert done.returncode == 1
     assert (f"{script} starts ranks from its top-level code, line 7, without the "
             '`if __name__ == "__main__":` guard') in done.stderr
+
+
+def test_a_function_missing_its_other_arguments_is_refused_before_anything_starts():
+    # Issue 44: spawn calls fn(rank, *args); the tutorial's run(rank, size) needs size in args.
+    with pytest.raises(TypeError) as caught:  # not RankFailed: no rank started
+        ddp_lab.spawn(run, nprocs=2)
+    assert str(caught.value).startswith("run(rank, size) needs 2 positional arguments (rank, size), but "
+                                        "spawn calls run(rank): size is missing. ddp_lab.spawn, like "
+                                        "torch.multiprocessing.spawn, calls fn(rank, *args) on each rank")

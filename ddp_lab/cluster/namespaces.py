@@ -324,8 +324,15 @@ class Cluster:
 
 
 def run_in_node(placement, fn, args, kwargs):
-    """Rank side of :meth:`Cluster.launch`: join the group from inside the node, run ``fn``."""
+    """Rank side of :meth:`Cluster.launch`: join the group from inside the node, run ``fn``.
+
+    A ``fn`` that initialises the default group itself is told that this
+    one exists, and how to use it (``ddp_lab.launcher.worker.group_made_by``),
+    rather than getting torch's bare "initialize the default process group twice".
+    """
     import torch.distributed as dist
+
+    from ddp_lab.launcher.worker import group_made_by
 
     namespace_of_node, interface, timeout = placement
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -338,6 +345,8 @@ def run_in_node(placement, fn, args, kwargs):
     else:
         os.environ["GLOO_SOCKET_IFNAME"] = interface
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=limit)
+    group_made_by("Cluster.launch", "Cluster.launch always does: each rank joins from inside its "
+                  "node, where its connections cross the cluster's link.")
     try:
         return fn(*args, **kwargs)
     finally:

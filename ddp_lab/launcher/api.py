@@ -35,7 +35,7 @@ from __future__ import annotations
 from ddp_lab.launcher import protocol
 from ddp_lab.launcher.config import DEFAULT_TIMEOUT, check_main_module, check_working_directory, make_config
 from ddp_lab.launcher.errors import error_for
-from ddp_lab.launcher.jobs import interactive_sources, pickle_call
+from ddp_lab.launcher.jobs import check_arguments, interactive_sources, pickle_call
 from ddp_lab.launcher.output import show
 from ddp_lab.launcher.worker_group import WorkerGroup, interrupts_deferred
 
@@ -72,7 +72,10 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
             the message carries its traceback.
         RankDied: a rank was killed by a signal or exited early.
         RanksTimedOut: ranks were still running after ``timeout`` seconds.
-        ValueError, TypeError: bad arguments, before anything starts;
+        ValueError, TypeError: bad arguments, before anything starts (a
+            TypeError too for an ``fn`` that needs more positional arguments
+            than ``args`` gives: a tutorial's ``run(rank, size)`` written for
+            ``spawn``, say, ``jobs.check_arguments``);
             RuntimeError: a script launching without the
             ``if __name__ == "__main__":`` guard (``config.check_main_module``).
         FileNotFoundError: the working directory was deleted (the ranks
@@ -81,7 +84,9 @@ def launch(fn, world_size, *, args=(), kwargs=None, backend="auto", nodes=1,
     check_working_directory()  # first: even importing torch can fail in a deleted folder
     config = make_config(world_size, backend=backend, nodes=nodes, threads=threads,
                          timeout=timeout, init_process_group=init_process_group)
-    return run_worker_group(config, (protocol.CALL, pickle_call(fn, args, kwargs)))
+    job = (protocol.CALL, pickle_call(fn, args, kwargs))
+    check_arguments(fn, args, kwargs)  # a tutorial's run(rank, size), say
+    return run_worker_group(config, job)
 
 
 def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", *,
@@ -134,6 +139,7 @@ def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", 
     config = make_config(nprocs, backend="gloo", threads=threads, timeout=timeout,
                          init_process_group=False, style="spawn", world_size_name="nprocs")
     jobs = [(protocol.CALL, pickle_call(fn, (rank, *args))) for rank in range(nprocs)]
+    check_arguments(fn, (0, *args), launcher="spawn")
     run_worker_group(config, jobs)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+import threading
 from dataclasses import dataclass
 
 from ddp_lab.host import available_cores, cuda_device_count
@@ -206,6 +207,14 @@ def check_main_module():
     the launch in its top-level code runs again in each rank as the rank
     imports it, multiprocessing refuses to start ranks from a rank still
     starting, and every rank dies with exit code 1.
+
+    A launch from another thread is looked at the same way: a thread that the
+    script's unguarded top-level code started is started again in every rank
+    as it imports the script, and launches from there (each rank then fails
+    to start ranks of its own and leaves a ``pymp-*`` folder behind). So the
+    main thread is looked at: if it runs the script's top-level code outside
+    the guard (``_check_thread_of_main_script``), the launch is refused as if
+    it came from that line.
     """
     main = sys.modules.get("__main__")
     main_file = getattr(main, "__file__", None)
@@ -217,17 +226,38 @@ def check_main_module():
             "in a notebook.")
     top_level = _main_script_frame(main)
     if top_level is not None and not _under_main_guard(top_level):
-        raise RuntimeError(
-            f"{top_level.f_code.co_filename} starts ranks from its top-level code, line "
-            f"{top_level.f_lineno}, without the `if __name__ == \"__main__\":` guard. "
-            "Each rank imports the script before it starts, and would run that line "
+        raise RuntimeError(_unguarded(top_level.f_code.co_filename, top_level.f_lineno))
+    if top_level is None and main_file is not None \
+            and threading.current_thread() is not threading.main_thread():
+        _check_thread_of_main_script(main)
+
+
+def _unguarded(filename, line=None, thread=False):
+    """The message refusing a launch from a script's top-level code outside the guard.
+
+    ``line`` is the top-level statement running (None: the script has ended,
+    and has no guard at all); ``thread``, whether the launch came from a thread.
+    """
+    where = "its top-level code" + (f", line {line}," if line is not None else "")
+    if not thread:
+        how = ""
+    elif line is not None:
+        how = " (from a thread, while the main thread runs that line)"
+    else:
+        how = " (from a thread that code started)"
+    again = "that line" if line is not None else "that code"
+    if thread:
+        again += ", and start the thread,"
+    return (f"{filename} starts ranks from {where} without the `if __name__ == \"__main__\":` "
+            f"guard{how}. Each rank imports the script before it starts, and would run {again} "
             "again. Put the code that launches under the guard:\n\n"
             "    if __name__ == \"__main__\":\n        ddp_lab.launch(...)")
 
 
-def _main_script_frame(main):
-    """The frame running the main script's top-level code, if this call came from it."""
-    frame = sys._getframe()
+def _main_script_frame(main, frame=None):
+    """The frame running the main script's top-level code, if this call came from it
+    (or, given ``frame``, if that stack holds it)."""
+    frame = sys._getframe() if frame is None else frame
     while frame is not None:
         if frame.f_code.co_name == "<module>" and main is not None \
                 and frame.f_globals is vars(main):
@@ -236,22 +266,57 @@ def _main_script_frame(main):
     return None
 
 
+def _check_thread_of_main_script(main):
+    """Refuse a launch from a thread while the script's unguarded top-level code runs.
+
+    The main thread's stack says where the script is (``sys._current_frames``):
+    in a top-level statement outside the guard, that statement started or
+    awaits this launch, and every rank would run it again. When the main
+    thread has left the script's code (it waits for the other threads to
+    end before the interpreter exits), Python has taken ``__file__`` from a
+    script run by its path, and the ranks import nothing; a module run with
+    ``python -m`` keeps it and is imported again by name, so one with no
+    guard at all has started this thread from its top level.
+    """
+    stack = sys._current_frames().get(threading.main_thread().ident)
+    top_level = _main_script_frame(main, stack) if stack is not None else None
+    if top_level is not None:
+        if not _under_main_guard(top_level):
+            raise RuntimeError(_unguarded(top_level.f_code.co_filename, top_level.f_lineno, thread=True))
+    elif not _has_main_guard(main.__file__):
+        raise RuntimeError(_unguarded(main.__file__, thread=True))
+
+
 def _under_main_guard(frame):
     """Whether the frame's current top-level statement is ``if __name__ == "__main__":``.
 
     When the source cannot be read or parsed, the answer is yes: only a
     script known to lack the guard is refused.
     """
-    try:
-        with open(frame.f_code.co_filename, encoding="utf-8") as source:
-            tree = ast.parse(source.read())
-    except (OSError, SyntaxError, ValueError):
+    tree = _parsed(frame.f_code.co_filename)
+    if tree is None:
         return True
     line = frame.f_lineno
     for statement in tree.body:
         if statement.lineno <= line <= statement.end_lineno:
             return isinstance(statement, ast.If) and _tests_main_name(statement.test)
     return True
+
+
+def _has_main_guard(filename):
+    """Whether the script has an ``if __name__ == "__main__":`` at its top level (yes if unreadable)."""
+    tree = _parsed(filename)
+    return tree is None or any(isinstance(statement, ast.If) and _tests_main_name(statement.test)
+                               for statement in tree.body)
+
+
+def _parsed(filename):
+    """The script's syntax tree, or None when it cannot be read or parsed."""
+    try:
+        with open(filename, encoding="utf-8") as source:
+            return ast.parse(source.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
 
 
 def _tests_main_name(test):

@@ -12,6 +12,14 @@ The forkserver imports ``ddp_lab.launcher.forkserver_preload`` once when it
 starts, and any module named with ``add_forkserver_preload()`` before that;
 ``start_forkserver()``, in a notebook's first cell, starts it in the
 background.
+
+The forkserver belongs to the process that started it. A child made with
+``os.fork()`` inherits its parent's record of it (multiprocessing's
+``ForkServer``), but the forkserver is not the child's child: multiprocessing
+would fail on the child's first launch with a bare ``ChildProcessError``.
+The launcher notes which process started each forkserver and, in any other
+process, forgets the inherited one and starts a forkserver of its own
+(``_forget_inherited_forkserver``).
 """
 
 from __future__ import annotations
@@ -19,18 +27,21 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing
 import os
+import threading
 import time
 
 from ddp_lab.launcher import shutdown
 
 PRELOAD = "ddp_lab.launcher.forkserver_preload"
 _added_preloads: list[str] = []  # add_forkserver_preload's, imported before PRELOAD
+_started_by: dict[int, int] = {}  # forkserver pid -> pid of the process that started it
 
 
 def forkserver_context():
     """The multiprocessing context ranks are started from (see module doc)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")  # Windows
+    _forget_inherited_forkserver()
     shutdown.stop_helpers_with_the_kernel()  # the forkserver is the kernel's child
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([*_added_preloads, PRELOAD])  # PRELOAD freezes them all
@@ -59,6 +70,7 @@ def add_forkserver_preload(*module_names: str) -> None:
         if not _is_module(name):
             raise ValueError(f"add_forkserver_preload: no module named {name!r} can be imported; "
                              "give the names of modules, as in an import statement")
+    _forget_inherited_forkserver()
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
         raise RuntimeError(f"cannot preload {', '.join(module_names)}: the forkserver already runs "
                            "and has done its imports; call add_forkserver_preload before the first launch")
@@ -88,6 +100,7 @@ def start_forkserver():
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+        _note_owner()
 
 
 def start_process(process):
@@ -110,6 +123,58 @@ def start_process(process):
         print(f"ddp_lab: the forkserver had stopped ({type(error).__name__}: {error}); "
               "started a new one", flush=True)
         process.start()
+    _note_owner()
+
+
+def _note_owner():
+    """Record that this process started (or runs with) the forkserver multiprocessing now has."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is not None:
+        _started_by[pid] = os.getpid()  # after _forget_inherited_forkserver: this process's
+
+
+def _forget_inherited_forkserver():
+    """In a child made with ``os.fork()``, forget the forkserver its parent started.
+
+    multiprocessing's ``ForkServer`` keeps the forkserver's pid, socket and
+    the write end of a pipe that keeps it alive; ``os.fork()`` copies them
+    into the child, whose launch would then ask ``waitpid`` about a process
+    that is not its child (``ChildProcessError``). When the forkserver was
+    started by another process than this one (the pid recorded by
+    ``_note_owner``; one started outside ``ddp_lab`` counts as this
+    process's when it is its child), the record is reset as a fresh
+    ``ForkServer`` has it, and the child's copy of the pipe is closed (the
+    parent's forkserver then stops when the parent does, as it should). The
+    next launch starts a forkserver of this process's own.
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
+    owner = _started_by.get(pid)
+    if owner == os.getpid() or (owner is None and _is_child(pid)):
+        return
+    alive_fd = server._forkserver_alive_fd
+    server._lock = threading.Lock()  # another thread of the parent may have held it at the fork
+    server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
+    if alive_fd is not None:
+        try:
+            os.close(alive_fd)
+        except OSError:
+            pass
+
+
+def _is_child(pid) -> bool:
+    """Whether ``pid`` is a child of this process (alive or not yet collected)."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def _wait_for_dead_forkserver(grace: float = 5.0):

@@ -138,13 +138,55 @@ def run_job(job):
             return _failure_reply(*sys.exc_info())
         result = None  # a normal end, as under mp.spawn and torchrun
     except BaseException:  # KeyboardInterrupt is reported too
-        return _failure_reply(*sys.exc_info())
+        return _failure_reply(*_group_made_twice(*sys.exc_info()))
     try:
         return protocol.DONE, serialize.dumps(result)
     except Exception as error:
         return _failure_reply(TypeError, TypeError(
             f"the return value ({type(result).__name__}) cannot be pickled back to the "
             f"notebook: {_safe_str(error)}"), None)
+
+
+# Who initialised this rank's default process group before the reader's
+# function ran, and what to do instead of initialising it again: set by
+# _start_process_group (ddp_lab.launch) and by Cluster.launch's rank
+# (ddp_lab.cluster.namespaces.run_in_node), through group_made_by.
+_GROUP_MADE_BY = None
+TWICE = "trying to initialize the default process group twice"  # torch's ValueError
+
+
+def group_made_by(launcher, instead):
+    """Note that ``launcher`` initialised this rank's default group before the function runs.
+
+    ``instead`` says how to run code that initialises a group itself. A
+    function that calls ``dist.init_process_group()`` anyway then fails with
+    a message saying so (``_group_made_twice``), instead of torch's bare
+    "trying to initialize the default process group twice".
+    """
+    global _GROUP_MADE_BY
+    _GROUP_MADE_BY = (launcher, instead)
+
+
+def _group_made_twice(exc_type, exc, tb):
+    """torch's "initialize the default process group twice", said in the launcher's words.
+
+    ``torch.distributed.init_process_group`` raises that ``ValueError`` when
+    the default group exists (``torch/distributed/distributed_c10d.py``,
+    ``init_process_group``: ``if GroupMember.WORLD is not None``). Under
+    ``launch`` (and ``Cluster.launch``) the launcher made it, and the
+    reader's code, often a torchrun script's ``main()`` or a tutorial's
+    ``init_process``, need not: say so, and what to use. The traceback is
+    kept (it shows the reader's call); any other exception is left as it is.
+    """
+    if _GROUP_MADE_BY is None or not (isinstance(exc, ValueError) and TWICE in _safe_str(exc)):
+        return exc_type, exc, tb
+    launcher, instead = _GROUP_MADE_BY
+    explained = ValueError(
+        f"{TWICE}: {launcher} initialised it on every rank before calling your function. "
+        "Use that group as it is (dist.get_rank(), dist.get_world_size(), and dist.group.WORLD "
+        "where a group is asked for) and leave out dist.init_process_group() and "
+        f"dist.destroy_process_group(). {instead}")
+    return ValueError, explained.with_traceback(tb), tb
 
 
 def exit_code(stop):
@@ -213,6 +255,8 @@ def _start_process_group(spec):
             spec.backend, timeout=timedelta(seconds=spec.process_group_timeout))
     except Exception:
         return _failure_reply(*sys.exc_info())
+    group_made_by("ddp_lab.launch", "To run code that initialises its own group (a torchrun "
+                  "script's main(), say), launch it with init_process_group=False.")
     return None
 
 
