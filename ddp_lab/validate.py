@@ -24,7 +24,7 @@ import math
 import numbers
 
 __all__ = ["is_int", "is_number", "check_positive_int", "check_int_at_least", "check_int_between",
-           "check_positive_number", "check_choice"]
+           "check_positive_number", "check_non_negative_number", "check_choice"]
 
 
 def is_int(value) -> bool:
@@ -66,6 +66,20 @@ def check_positive_number(name: str, value, unit: str = "") -> float:
     """``value`` if it is a finite number > 0 (of ``unit``, e.g. "seconds"), else ValueError."""
     if not is_number(value) or not value > 0 or math.isinf(value):
         what = f"a finite number of {unit} > 0" if unit else "a finite number > 0"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
+def check_non_negative_number(name: str, value, unit: str = "") -> float:
+    """``value`` if it is a finite number >= 0 (of ``unit``), else ValueError: a latency of 0 is an ideal link.
+
+    >>> check_non_negative_number("latency", float("nan"), "seconds")
+    Traceback (most recent call last):
+        ...
+    ValueError: latency must be a finite number of seconds >= 0, got nan
+    """
+    if not is_number(value) or not value >= 0 or math.isinf(value):
+        what = f"a finite number of {unit} >= 0" if unit else "a finite number >= 0"
         raise ValueError(f"{name} must be {what}, got {value!r}")
     return value
 

@@ -83,9 +83,18 @@ def answers():
     def losses_only(steps):
         return train(steps)[2]
 
+    def losses_as_iterator(steps):
+        model, optimizer, losses = train(steps)
+        return model, optimizer, iter(losses)
+
+    def losses_in_a_huge_tensor(steps):
+        model, optimizer, _ = train(steps)
+        return model, optimizer, torch.zeros(50_000_000)  # 200 MB: a loop over it takes minutes
+
     return {f.__name__: f for f in (right, with_ddp, unsharded, rank_seed, rank_0_data, no_root,
                                      no_root_every_layer_sharded, optimizer_first, raises_on_rank_1,
-                                     rank_1_returns_early, losses_only)}
+                                     rank_1_returns_early, losses_only, losses_as_iterator,
+                                     losses_in_a_huge_tensor)}
 
 
 A = answers()
@@ -178,3 +187,17 @@ def test_misuse_raises_and_wrong_returns_are_reported():
     assert kinds(check_fsdp_budget(lambda: None)) == ["signature"]
     result = check_fsdp_budget(A["losses_only"])
     assert kinds(result) == ["returns"] and "returned list, not (model, optimizer, losses)" in str(result)
+
+
+def test_losses_given_as_an_iterator_are_read_once():
+    """An iterator (or a generator) of the right losses passes: the checker reads it once, in the rank."""
+    result = check_fsdp_budget(A["losses_as_iterator"])
+    assert result and result.correct == result.total == 4, str(result)
+
+
+def test_a_huge_tensor_of_losses_is_counted_not_walked():
+    """50 million losses are refused by their count, at once: the checker's own reading of them never
+    runs into the timeout (a Python loop over them did, and was reported as the reader's hang)."""
+    result = check_fsdp_budget(A["losses_in_a_huge_tensor"], timeout=30)
+    assert kinds(result) == ["returns"] and result.mistakes[0].where == "every rank", str(result)
+    assert "returned a tensor of 50,000,000 losses for 4 steps: append loss.item() once per step" in str(result)

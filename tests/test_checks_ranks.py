@@ -313,3 +313,17 @@ def test_devices_signature():
 def test_devices_invalid_span_is_the_authors_error():
     with pytest.raises(ValueError, match="gpus_per_process=3 does not divide gpus_per_node=4"):
         check_devices(right_devices, 4, 3)
+
+
+def test_a_topology_past_the_size_cap_is_refused_at_once():
+    """10**6 nodes were checked GPU by GPU (193 s): past MAX_GPUS the checker says so instead."""
+    from ddp_lab.checks.ranks import MAX_GPUS
+
+    def my_ranks(node, gpu, gpus_per_node, gpus_per_process):
+        return node * gpus_per_node + gpu, gpu
+
+    with pytest.raises(ValueError) as refused:
+        check_rank_table(my_ranks, nodes=10**6, gpus_per_node=8)
+    assert str(refused.value) == ("nodes x gpus_per_node must be at most MAX_GPUS = 8,192 GPUs (the checker asks "
+                                  "about each one), got 1,000,000 x 8 = 8,000,000")
+    assert check_rank_table(my_ranks, nodes=MAX_GPUS // 8, gpus_per_node=8)  # the cap itself is checked

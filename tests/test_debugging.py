@@ -175,6 +175,18 @@ def test_hung_job_past_its_timeout_is_stopped():
     assert job.processes_left() == []
 
 
+def test_a_job_that_does_not_hang_says_so():
+    """print_env.py prints and exits at once: there is no hang to read, and the job says so
+    instead of returning empty stacks as if they were where the ranks waited."""
+    script = os.path.join(os.path.dirname(__file__), os.pardir, "labs", "scripts", "print_env.py")
+    job = stacks_of_hung_job(script, nproc_per_node=2, settle=30, timeout=60)
+    assert job.run.returncode == 0, job.run.stderr
+    assert not job.hung and job.finished_before_read == [0, 1]
+    assert job.report().startswith("the job did not hang: ranks 0, 1 exited before their stack could be read "
+                                   "(torchrun's exit code 0). ")
+    assert job.processes_left() == []
+
+
 def test_hung_job_refuses_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="nproc_per_node must be an int from 1 to 16, got 0"):
         stacks_of_hung_job(book_script("hang_mismatch.py"), nproc_per_node=0)

@@ -202,3 +202,23 @@ def test_fsdp_and_ddp_share_the_bandwidth_term_and_fsdp_pays_the_latency_per_lay
         layer_all_gather_seconds(0, world, 9.6e-6, beta)
     with pytest.raises(ValueError, match="tokens must be"):
         layer_forward_seconds(layer, -1, flops)
+
+
+@pytest.mark.parametrize("latency, bandwidth, says", [
+    (float("nan"), 50e9, "latency must be a finite number of seconds >= 0, got nan"),
+    (float("inf"), 50e9, "latency must be a finite number of seconds >= 0, got inf"),
+    (True, 50e9, "latency must be a finite number of seconds >= 0, got True"),
+    (-1e-6, 50e9, "latency must be a finite number of seconds >= 0, got -1e-06"),
+    (9.6e-6, float("nan"), "bandwidth must be a finite number of bytes/s > 0, got nan"),
+    (9.6e-6, float("inf"), "bandwidth must be a finite number of bytes/s > 0, got inf"),
+    (9.6e-6, True, "bandwidth must be a finite number of bytes/s > 0, got True"),
+])
+def test_latency_and_bandwidth_must_be_finite_numbers(latency, bandwidth, says):
+    """nan, inf or True gave a time of nan or inf (or a bandwidth of 1 byte/s) without a word."""
+    for call in (lambda: layer_all_gather_seconds(1e6, 8, latency, bandwidth),
+                 lambda: fsdp_tokens_to_hide(1e6, 2, 8, latency, bandwidth, 989e12)):
+        with pytest.raises(ValueError) as refused:
+            call()
+        assert str(refused.value) == says
+    with pytest.raises(ValueError, match="layer_parameters must be a finite number > 0, got True"):
+        fsdp_tokens_to_hide(True, 2, 8, 9.6e-6, 50e9, 989e12)

@@ -53,6 +53,35 @@ def test_bad_schedule_arguments():
         pipeline_schedule(0, 8)
 
 
+@pytest.mark.parametrize("stages, microbatches, says", [
+    (0, 8, "stages must be a positive int, got 0"),
+    (4, 0, "microbatches must be a positive int, got 0"),
+    (True, 8, "stages must be a positive int, got True"),
+    (4, 2.5, "microbatches must be a positive int, got 2.5"),
+])
+def test_the_bubble_fraction_refuses_what_is_not_a_count(stages, microbatches, says):
+    with pytest.raises(ValueError, match=says):
+        bubble_fraction(stages, microbatches)  # (0, 8) was -1/7: a negative idle time
+
+
+@pytest.mark.parametrize("arguments, says", [
+    ((10**6, 1), "stages must be at most 128 (MAX_STAGES: each slot is simulated in Python), got 1000000"),
+    ((4, 10**6), "microbatches must be at most 1024 (MAX_MICROBATCHES: each slot is simulated in Python), "
+                 "got 1000000"),
+])
+def test_the_schedule_simulation_has_a_size_cap(arguments, says):
+    with pytest.raises(ValueError) as refused:  # before: minutes of simulation, then the slots
+        pipeline_schedule(*arguments)
+    assert str(refused.value) == says
+    assert len(pipeline_schedule(128, 4)) == 2 * 128 * 4  # the caps themselves are simulated
+
+
+@pytest.mark.parametrize("duration", [float("inf"), float("nan"), True, 0])
+def test_the_schedule_refuses_durations_that_are_not_finite_positive_numbers(duration):
+    with pytest.raises(ValueError, match=r"forward must be a finite number of time units > 0, got "):
+        pipeline_schedule(2, 2, forward=duration)
+
+
 def split_mlp():
     torch.manual_seed(0)
     x, a, b = torch.randn(4, 8), torch.randn(8, 16), torch.randn(16, 8)

@@ -18,6 +18,7 @@
 """
 
 import ast
+import contextlib
 import importlib.util
 import os
 import re
@@ -399,3 +400,124 @@ def test_check_resume(changes, args, says, capsys):
     assert capsys.readouterr().out == (f"{says}\n" if says else "")
     train.check_resume(snapshot, parsed, 1)  # the other ranks say nothing
     assert capsys.readouterr().out == ""
+
+
+# ---------------------------------------------------------------- what train.py checks before it trains, and how it writes
+
+@pytest.fixture(scope="module")
+def one_epoch_with_a_linked_final(tmp_path_factory):
+    """One epoch of plain ``python train.py`` (64 samples, batches of 16) whose ``--final`` path is a
+    symbolic link to a file that must not change."""
+    folder = tmp_path_factory.mktemp("final")
+    (folder / "precious.txt").write_text("keep me")
+    (folder / "final.pt").symlink_to(folder / "precious.txt")
+    result = subprocess.run([sys.executable, str(TRAIN), "--epochs", "1", "--samples", "64", "--snapshot-every", "0",
+                             "--snapshot", "s.pt", "--final", "final.pt"], cwd=folder, capture_output=True,
+                            text=True, timeout=120, env=without("WORLD_SIZE", "RANK"))
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def test_the_final_weights_replace_a_link_and_never_write_through_it(one_epoch_with_a_linked_final):
+    folder = one_epoch_with_a_linked_final
+    assert (folder / "precious.txt").read_text() == "keep me"
+    assert not (folder / "final.pt").is_symlink()
+    assert "stage1.0.weight" in torch.load(folder / "final.pt", weights_only=True)
+    assert not (folder / "final.pt.tmp").exists()
+
+
+def test_a_resume_with_another_batch_size_is_refused(one_epoch_with_a_linked_final):
+    """The snapshot records --batch-size: resumed with another one, it would skip batches of the
+    wrong size (the epoch's position is counted in batches)."""
+    folder = one_epoch_with_a_linked_final
+    assert torch.load(folder / "s.pt", weights_only=True)["batch_size"] == 16
+    result = subprocess.run([sys.executable, str(TRAIN), "--epochs", "2", "--samples", "64", "--snapshot", "s.pt",
+                             "--batch-size", "4"], cwd=folder, capture_output=True, text=True, timeout=120,
+                            env=without("WORLD_SIZE", "RANK"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert ("error: --snapshot s.pt is from a run with --batch-size 16, not --batch-size 4: pass --batch-size 16 "
+            "to resume it") in result.stderr
+    assert "resumed" not in result.stdout
+
+
+def test_check_resume_names_another_batch_size(capsys):
+    train = load_script(TRAIN)
+    parsed = train.parse_args(["--snapshot", "s.pt", "--batch-size", "8"])
+    model = train.TinyNet(16, 64, 4, [torch.device("cpu")])
+    snapshot = {"model": model.state_dict(), "epoch": 1, "seed": 0, "samples": 512, "hidden": 64, "batch_size": 16}
+    with pytest.raises(SystemExit) as stop:
+        train.check_resume(snapshot, parsed, 0)
+    assert str(stop.value.code).startswith(
+        "error: --snapshot s.pt is from a run with --batch-size 16, not --batch-size 8: pass --batch-size 16 ")
+    del snapshot["batch_size"]  # an older train.py's snapshot: resumed, as before, without a word
+    train.check_resume(snapshot, parsed, 0)
+    assert capsys.readouterr().out == ""
+
+
+def test_a_final_path_whose_folder_cannot_take_it_is_refused_before_any_training(tmp_path, capsys):
+    train = load_script(TRAIN)
+    (tmp_path / "a folder").mkdir()
+    missing = tmp_path / "no such folder" / "final.pt"
+    for final, says in [(missing, f"the folder {missing.parent} does not exist"),
+                        (tmp_path / "a folder", f"{tmp_path / 'a folder'} is a folder")]:
+        with pytest.raises(SystemExit) as stop:
+            train.parse_args(["--final", str(final)])
+        assert stop.value.code == 2
+        assert f"error: argument --final: {says}" in capsys.readouterr().err
+    # as the script: refused before the process group, nothing trained
+    result = subprocess.run([sys.executable, str(TRAIN), "--epochs", "1", "--final", str(missing)],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path, env=without("WORLD_SIZE", "RANK"))
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert not (tmp_path / "snapshot.pt").exists()
+
+
+def test_a_named_pipe_at_the_snapshot_path_is_refused_without_opening_it(tmp_path, capsys):
+    """Opening a FIFO waits for a writer: the script would hang. It is refused from os.stat alone."""
+    train = load_script(TRAIN)
+    fifo = tmp_path / "snapshot.pt"
+    os.mkfifo(fifo)
+    with pytest.raises(SystemExit) as stop:
+        train.parse_args(["--snapshot", str(fifo)])
+    assert stop.value.code == 2
+    assert (f"error: argument --snapshot: {fifo} is a named pipe (FIFO), not a file: the snapshot is read from "
+            "and written to a file") in capsys.readouterr().err
+
+
+def test_a_full_disk_is_named_from_the_real_error_torch_save_raises():
+    """/dev/full answers every write with ENOSPC, as a full disk does: torch.save then raises
+    ``RuntimeError: ... unexpected pos ...``, the OSError in its context."""
+    train = load_script(TRAIN)
+    full = open("/dev/full", "wb")  # buffered, as save_snapshot's file is  # noqa: SIM115
+    try:
+        with pytest.raises(RuntimeError) as raised:
+            torch.save({"weights": torch.zeros(100_000)}, full)
+    finally:
+        with contextlib.suppress(OSError):  # closing flushes the buffer: ENOSPC again
+            full.close()
+    assert "unexpected pos" in str(raised.value)  # what the reader saw before
+    assert train.full_disk(raised.value, "s.pt").startswith("error: no space left on device while writing s.pt: ")
+    assert train.full_disk(RuntimeError("unexpected pos 1 vs 0"), "s.pt") is None  # no ENOSPC behind it: not named
+
+
+@pytest.fixture
+def tiny_file_system(tmp_path):
+    """A 64 KiB tmpfs, where this user may mount one (root, outside a restricted container)."""
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_snapshot_on_a_full_disk_says_so_and_keeps_the_previous_one(tiny_file_system):
+    train = load_script(TRAIN)
+    path = tiny_file_system / "snapshot.pt"
+    train.save_snapshot(path, {"step": 1})
+    with pytest.raises(SystemExit) as stop:
+        train.save_snapshot(path, {"step": 2, "weights": torch.zeros(100_000)})  # 400 KB
+    assert str(stop.value.code).startswith(f"error: no space left on device while writing {path}: ")
+    assert not (tiny_file_system / "snapshot.pt.tmp").exists()  # the partial file is removed
+    assert torch.load(path, weights_only=True) == {"step": 1}

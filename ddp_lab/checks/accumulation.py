@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ddp_lab.checks.harness import first_line, launch_checked, same_values, timed_out
+from ddp_lab.checks.harness import YourCodeExited, exit_mistake, first_line, launch_checked, same_values, timed_out
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
 from ddp_lab.launcher.errors import RanksTimedOut
@@ -216,6 +216,8 @@ def check_accumulation(step, *, world_size: int = 2, micro_batches: int = 4, ste
 
     ranks, error = launch_checked(_run_on_rank, world_size, args=(step, micro_batches, steps),
                                   threads=1, timeout=timeout)
+    if isinstance(error, YourCodeExited):
+        return CheckResult(subject, 0, total, "check", (exit_mistake(f"rank {error.rank}", error),))
     if isinstance(error, RanksTimedOut):
         return CheckResult(subject, 0, total, "check", (timed_out(
             "all ranks", error, timeout,

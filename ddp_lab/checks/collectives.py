@@ -203,6 +203,9 @@ def _check(kind, fn, world_sizes, cases, seed, timeout):
         where = f"W = {world_size}"
         reports, error = launch_checked(run_on_rank, world_size, args=(kind, fn_bytes, chosen, seed),
                                         timeout=timeout)
+        if isinstance(error, harness.YourCodeExited):
+            mistakes.append(harness.exit_mistake(where, error))
+            break  # it would exit again at every world size
         if isinstance(error, RanksTimedOut):
             mistakes.append(harness.still_computing(where, error, timeout) or _deadlock(where, error, timeout))
             break  # it would hang (or be as slow) again at every world size, for as long

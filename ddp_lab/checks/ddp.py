@@ -61,7 +61,9 @@ from functools import partial
 import torch
 
 from ddp_lab.checks.harness import (
+    YourCodeExited,
     collective_recorder,
+    exit_mistake,
     first_line,
     launch_checked,
     same_values,
@@ -289,6 +291,8 @@ def check_ddp(make_ddp, *, bucket_cap_mb: float | None = None, world_size: int =
         total += 1  # the same all-reduces in the same order on every rank (TwoBranches)
     ranks, error = launch_checked(_run_on_rank, world_size, args=(make_ddp, bucket_cap_mb, steps),
                                   threads=1, timeout=timeout)
+    if isinstance(error, YourCodeExited):
+        return CheckResult(subject, 0, total, "check", (exit_mistake(f"rank {error.rank}", error),))
     if isinstance(error, RanksTimedOut):
         return CheckResult(subject, 0, total, "check", (timed_out(
             "all ranks", error, timeout,
@@ -314,6 +318,8 @@ def _order_case(make_ddp, world_size, steps, timeout):
         slow = still_computing("the order case", error, timeout)
         what = (f"the ranks hung until the {timeout:g} s timeout ({stuck_ranks(error)})" if slow is None
                 else slow.message)
+    elif isinstance(error, YourCodeExited):
+        what = str(error)
     elif isinstance(error, RankDied):
         what = f"a rank died ({first_line(error)})"
         if error.signal_name == "SIGABRT":

@@ -61,6 +61,7 @@ Used in Lab 7.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -68,7 +69,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ddp_lab.checks.harness import first_line, launch_checked, same_values, still_computing, stuck_ranks
+from ddp_lab.checks.harness import (
+    YourCodeExited,
+    exit_mistake,
+    first_line,
+    launch_checked,
+    same_values,
+    still_computing,
+    stuck_ranks,
+)
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import steps_text
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
@@ -208,11 +217,10 @@ def _run_on_rank(train, steps):
     result = train(steps)  # the reader's code: what it raises, the launch reports
     report.initial = list(_RECORD["initial"])
     report.batches = list(_RECORD["batches"])
-    report.returned = _check_return(result, steps)
+    report.returned, report.losses = _check_return(result, steps)
     if report.returned:
         return report
-    theirs, their_optimizer, their_losses = result
-    report.losses = [float(loss) for loss in their_losses]
+    theirs, their_optimizer, _ = result
     report.is_ddp = isinstance(theirs, DDP)
     report.root_sharded = isinstance(theirs, FSDPModule)
     named = [(name.removeprefix("module."), p) for name, p in theirs.named_parameters()]
@@ -236,21 +244,48 @@ def _run_on_rank(train, steps):
 
 
 def _check_return(result, steps):
-    """What is wrong with ``train_sharded``'s return value, or None."""
+    """``(what is wrong with train_sharded's return value, None)``, or ``(None, the losses as floats)``."""
     if not isinstance(result, tuple) or len(result) != 3:
-        return f"returned {type(result).__name__}, not (model, optimizer, losses)"
+        return f"returned {type(result).__name__}, not (model, optimizer, losses)", None
     model, optimizer, losses = result
     if not isinstance(model, nn.Module):
-        return f"returned {type(model).__name__} as the model: return the sharded model itself"
+        return f"returned {type(model).__name__} as the model: return the sharded model itself", None
     if not isinstance(optimizer, torch.optim.Optimizer):
-        return f"returned {type(optimizer).__name__} as the optimizer: return the torch.optim.Adam you stepped"
+        return f"returned {type(optimizer).__name__} as the optimizer: return the torch.optim.Adam you stepped", None
+    return _read_losses(losses, steps)
+
+
+def _read_losses(losses, steps):
+    """``(None, [float] * steps)`` from any iterable of ``steps`` numbers, or ``(what is wrong, None)``.
+
+    Read once (an iterator or a generator gives its values only once), and
+    never more than ``steps + 1`` values: a tensor is counted with
+    ``numel()`` and converted in one call, a long list or iterator is not
+    walked to its end. The checker's own reading must never take long enough
+    to count against the timeout, which measures the reader's code.
+    """
+    per_step = "append loss.item() once per step"
+    if isinstance(losses, (str, bytes, dict)):
+        return f"returned a {type(losses).__name__} as the losses: return a list of floats, {per_step}", None
+    if torch.is_tensor(losses):
+        if losses.numel() != steps:
+            return f"returned a tensor of {losses.numel():,} losses for {steps} steps: {per_step}", None
+        if losses.is_complex() or losses.device.type == "meta":
+            return f"returned losses that are not numbers: {per_step}", None
+        return None, losses.detach().reshape(-1).double().cpu().tolist()
     try:
-        values = [float(loss) for loss in losses]
-    except (TypeError, ValueError, RuntimeError):
-        return "returned losses that are not numbers: append loss.item() once per step"
+        values = list(itertools.islice(iter(losses), steps + 1))
+    except TypeError:
+        return (f"returned {type(losses).__name__} as the losses, which is not a list: return a list of floats, "
+                f"{per_step}"), None
     if len(values) != steps:
-        return f"returned {len(values)} losses for {steps} steps: append loss.item() once per step"
-    return None
+        count = f"{len(values)}" if len(values) <= steps else (
+            f"{len(losses):,}" if hasattr(losses, "__len__") else f"more than {steps}")
+        return f"returned {count} losses for {steps} steps: {per_step}", None
+    try:
+        return None, [float(loss) for loss in values]
+    except (TypeError, ValueError, RuntimeError):
+        return f"returned losses that are not numbers: {per_step}", None
 
 
 # -------------------------------------------------------------------- the notebook side
@@ -288,6 +323,8 @@ def check_fsdp_budget(train, *, world_size: int = 2, steps: int = STEPS, budget:
 
 
 def _launch_mistake(error, timeout, world_size):
+    if isinstance(error, YourCodeExited):
+        return exit_mistake(f"rank {error.rank}", error)
     if isinstance(error, RanksTimedOut):
         slow = still_computing("all ranks", error, timeout)
         if slow is not None:

@@ -8,7 +8,9 @@ pieces they share live here, once:
   the failure (a hang, a crash, a death), for the checker to explain in the
   words of its own exercise; ``stuck_ranks`` and ``first_line`` put that
   failure in a few words, and ``still_computing`` tells a rank that was merely
-  busy (no deadlock) from ranks that wait for each other;
+  busy (no deadlock) from ranks that wait for each other; a rank whose code
+  called ``sys.exit()`` comes back as ``YourCodeExited``, which
+  ``exit_mistake`` words;
 - ``point_to_point_only``: inside a rank, switch off the collectives the
   exercise must build from send/recv (Labs 2 and 3), each refusal worded by
   the checker, and optionally record every message sent;
@@ -28,7 +30,7 @@ from ddp_lab.checks.result import Mistake
 from ddp_lab.launcher.api import launch
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
 
-__all__ = ["FORBIDDEN", "CollectiveCall", "launch_checked", "stuck_ranks", "still_computing", "first_line",
+__all__ = ["FORBIDDEN", "CollectiveCall", "YourCodeExited", "launch_checked", "exit_mistake", "stuck_ranks", "still_computing", "first_line",
            "point_to_point_only", "collective_recorder", "close_elements", "same_values", "show_values"]
 
 # The collectives that move data: switched off where the exercise is to build one.
@@ -38,15 +40,74 @@ FORBIDDEN = ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_r
              "all_to_all_single", "all_gather_object", "broadcast_object_list")
 
 
-def launch_checked(fn, world_size, *, args=(), timeout, threads=None):
-    """``(values by rank, None)``, or ``(None, the error)`` if a rank hung, failed or died.
+class YourCodeExited(Exception):
+    """The reader's code ended a rank with ``sys.exit()``, ``exit()`` or ``raise SystemExit``.
 
-    Always gloo: the checkers compare values bit for bit on the CPU.
+    A launch counts ``sys.exit(0)`` as a normal end with no value (as
+    torchrun does), and a nonzero code as a failure: either way nothing
+    comes back to check. Raised in the rank by ``_exits_reported``, so that
+    the launch stops the other ranks at once (they would wait for this one
+    in their next collective until the timeout), and handed to the checker
+    by ``launch_checked``. ``code`` is what the code passed to ``sys.exit``;
+    ``rank`` the lowest rank that exited; ``also`` the other ranks that did.
+    """
+
+    def __init__(self, rank, code, also=()):
+        self.rank, self.code, self.also = rank, code, tuple(also)
+        call = "sys.exit()" if code is None else f"sys.exit({code})"
+        where = _ranks([rank, *self.also])
+        super().__init__(
+            f"your code called {call} on {where}"
+            + (" (or exit(), or raise SystemExit, which do the same)" if code is None else "")
+            + ": that ends the rank before the checker sees what your code does, and leaves the other "
+              "ranks waiting for it (they were stopped). Return from your function instead of exiting")
+
+    def __reduce__(self):
+        return type(self), (self.rank, self.code, self.also)
+
+
+def _exits_reported(fn, *args):
+    """In a rank: ``fn(*args)``, with a ``SystemExit`` turned into ``YourCodeExited``.
+
+    ``code`` travels as text (``repr``): ``sys.exit`` takes any object.
     """
     try:
-        return launch(fn, world_size, args=args, backend="gloo", threads=threads, timeout=timeout), None
+        return fn(*args)
+    except SystemExit as stop:
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_initialized() else -1
+        raise YourCodeExited(rank, None if stop.code is None else repr(stop.code)) from None
+
+
+def launch_checked(fn, world_size, *, args=(), timeout, threads=None):
+    """``(values by rank, None)``, or ``(None, the error)`` if a rank hung, failed, died or exited.
+
+    Always gloo: the checkers compare values bit for bit on the CPU. A rank
+    whose code called ``sys.exit`` (any code, 0 included) is reported as a
+    ``YourCodeExited``: see ``exit_mistake``.
+    """
+    try:
+        return launch(_exits_reported, world_size, args=(fn, *args), backend="gloo", threads=threads,
+                      timeout=timeout), None
     except (RanksTimedOut, RankFailed, RankDied) as error:
-        return None, error
+        return None, _exited(error) or error
+
+
+def _exited(error) -> YourCodeExited | None:
+    """The ``YourCodeExited`` a ``RankFailed`` carries, with the other ranks that exited too; else None."""
+    name = YourCodeExited.__name__
+    if not isinstance(error, RankFailed) or error.exc_type != name:
+        return None
+    also = sorted(r for r, what in error.other_failures.items() if what.startswith(name + ":"))
+    exited = error.exception
+    code = exited.code if isinstance(exited, YourCodeExited) else None
+    return YourCodeExited(error.rank, code, also)
+
+
+def exit_mistake(where: str, error: YourCodeExited) -> Mistake:
+    """The Mistake of kind ``exit`` for ranks whose code called ``sys.exit``."""
+    return Mistake(where, "exit", str(error))
 
 
 def stuck_ranks(error: RanksTimedOut) -> str:

@@ -19,6 +19,10 @@ Each mistake comes back with the formula that gives the right answer, and the
 usual slips are named: global and local rank swapped, the local rank used as
 global rank, an off-by-one, GPUs counted instead of processes when a process
 spans several GPUs.
+
+A topology has at most ``MAX_GPUS`` GPUs (``nodes x gpus_per_node``): the
+checker asks about every GPU in turn, which at that size takes about a
+second, and a million nodes would take minutes.
 """
 
 from __future__ import annotations
@@ -28,8 +32,11 @@ from collections.abc import Callable, Mapping
 
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.topology import Process, Topology
+from ddp_lab.validate import is_int
 
-__all__ = ["check_rank_table"]
+__all__ = ["check_rank_table", "MAX_GPUS"]
+
+MAX_GPUS = 8192
 
 RANKS_SIGNATURE = (
     "def my_ranks(node, gpu, gpus_per_node, gpus_per_process), returning (global_rank, local_rank)"
@@ -45,6 +52,10 @@ def check_rank_table(answer, nodes: int, gpus_per_node: int, gpus_per_process: i
     or a tuple of the GPUs the process spans), dicts with those keys, or a
     mapping ``{(node, gpu): (global_rank, local_rank)}``.
     """
+    if is_int(nodes) and is_int(gpus_per_node) and nodes > 0 and gpus_per_node > 0 \
+            and nodes * gpus_per_node > MAX_GPUS:
+        raise ValueError(f"nodes x gpus_per_node must be at most MAX_GPUS = {MAX_GPUS:,} GPUs (the checker asks "
+                         f"about each one), got {nodes:,} x {gpus_per_node:,} = {nodes * gpus_per_node:,}")
     topology = Topology(nodes, gpus_per_node, gpus_per_process)
     subject = str(topology)
     if callable(answer):

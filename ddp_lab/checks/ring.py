@@ -20,7 +20,15 @@ from __future__ import annotations
 
 import torch
 
-from ddp_lab.checks.harness import launch_checked, point_to_point_only, same_values, show_values, still_computing
+from ddp_lab.checks.harness import (
+    YourCodeExited,
+    exit_mistake,
+    launch_checked,
+    point_to_point_only,
+    same_values,
+    show_values,
+    still_computing,
+)
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.launcher import serialize
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
@@ -39,7 +47,7 @@ def check_ring_all_reduce(fn, *, world_sizes=(2, 3, 4), seed=0, timeout=15):
             if found:
                 mistakes.append(found)
                 break  # one explained mistake per world size is enough
-        if mistakes and mistakes[-1].kind in ("deadlock", "too_slow", "exception", "died"):
+        if mistakes and mistakes[-1].kind in ("deadlock", "too_slow", "exception", "died", "exit"):
             break  # it would fail the same way at every size
     return CheckResult("ring all-reduce against torch's", runs - len(mistakes), runs, "run",
                        tuple(mistakes))
@@ -78,6 +86,8 @@ def _check_one(fn, world_size, length, seed, timeout):
     where = f"W = {world_size}, {length} elements"
     reports, error = launch_checked(_run_on_rank, world_size, args=(serialize.dumps(fn), length, seed),
                                     timeout=timeout)
+    if isinstance(error, YourCodeExited):
+        return exit_mistake(where, error)
     if isinstance(error, RanksTimedOut):
         slow = still_computing(where, error, timeout)
         if slow is not None:

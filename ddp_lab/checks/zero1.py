@@ -40,7 +40,9 @@ from functools import partial
 import torch
 
 from ddp_lab.checks.harness import (
+    YourCodeExited,
     collective_recorder,
+    exit_mistake,
     first_line,
     launch_checked,
     same_values,
@@ -221,6 +223,8 @@ def check_zero1(make_optimizer, *, world_size: int = 2, steps: int = 3, lr: floa
         return CheckResult(subject, 0, total, "check", (wrong_signature,))
     reports, error = launch_checked(_run_on_rank, world_size, args=(make_optimizer, steps, lr),
                                     threads=1, timeout=timeout)
+    if isinstance(error, YourCodeExited):
+        return CheckResult(subject, 0, total, "check", (exit_mistake(f"rank {error.rank}", error),))
     if isinstance(error, RanksTimedOut):
         return CheckResult(subject, 0, total, "check", (timed_out(
             "all ranks", error, timeout,

@@ -62,7 +62,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddp_lab.cost import collective_time, ring_steps
-from ddp_lab.validate import check_int_at_least, check_positive_int, check_positive_number, is_int
+from ddp_lab.validate import (
+    check_int_at_least,
+    check_non_negative_number,
+    check_positive_int,
+    check_positive_number,
+    is_int,
+)
 
 __all__ = ["ParameterShard", "HeldBytes", "RegisteredParameters", "Collective", "Span", "StepRecord",
            "Traffic", "shard_per_layer", "local_tensor", "parameter_shards", "held_bytes", "registered_parameters",
@@ -526,9 +532,15 @@ def traffic(collectives, world_size: int) -> dict[str, Traffic]:
 
 
 def layer_all_gather_seconds(layer_bytes: float, world_size: int, latency: float, bandwidth: float) -> float:
-    """One layer's all-gather in the alpha-beta model: ``(W-1) latency + (W-1)/W x bytes / bandwidth``."""
+    """One layer's all-gather in the alpha-beta model: ``(W-1) latency + (W-1)/W x bytes / bandwidth``.
+
+    ``latency`` in seconds (finite, 0 or more), ``bandwidth`` in bytes/s
+    (finite, above 0); a bool, nan or inf is refused.
+    """
     check_positive_number("layer_bytes", layer_bytes, "bytes")
     check_positive_int("world_size", world_size)
+    check_non_negative_number("latency", latency, "seconds")
+    check_positive_number("bandwidth", bandwidth, "bytes/s")
     return collective_time("all_gather", layer_bytes, world_size, latency, bandwidth)
 
 
@@ -553,6 +565,7 @@ def fsdp_tokens_to_hide(layer_parameters: float, bytes_per_parameter: float, wor
     all-gather and the reduce-scatter (the same bytes) share a compute
     twice as long, so the condition is the same.
     """
+    check_positive_number("layer_parameters", layer_parameters)
     check_positive_number("bytes_per_parameter", bytes_per_parameter, "bytes")
     _check_utilisation(utilisation)
     check_positive_number("flops", flops, "FLOP/s")

@@ -11,7 +11,10 @@ job you did not prepare for debugging, on any node you can log in to.
 it starts the job, waits until every worker sits in a collective, dumps
 each worker's main thread (workers are found as the agent's children, and
 told apart by their ``RANK`` variable), then lets the job end on its own
-timeout, or stops it. :func:`stack_lines` prints a stack as a reader wants
+timeout, or stops it. A job that does not hang (it ends, or fails, before a
+worker's stack could be read) says so: ``HungJob.finished_before_read``
+lists those ranks, and ``report()`` puts it in words with the job's exit
+code, rather than showing empty stacks. :func:`stack_lines` prints a stack as a reader wants
 it: the script's own frames with their lines, torch's frames by function
 name only (their line numbers change with every PyTorch release).
 
@@ -38,6 +41,7 @@ from ddp_lab.cluster.torchrun import (
     start_command,
     stop_agent,
     torchrun_command,
+    without_lookup_warnings,
 )
 
 __all__ = ["Frame", "HungJob", "py_spy_command", "dump_stack", "stack_lines", "stacks_of_hung_job"]
@@ -119,12 +123,24 @@ def stack_lines(frames: list[Frame]) -> list[str]:
 
 @dataclass
 class HungJob:
-    """What :func:`stacks_of_hung_job` saw: each rank's stack, and the run's output."""
+    """What :func:`stacks_of_hung_job` saw: each rank's stack, and the run's output.
+
+    ``finished_before_read`` holds the ranks whose process had exited before
+    py-spy could read where it waited (the job did not hang there: it ended,
+    or failed); their entry in ``stacks`` is empty, or the last stack seen
+    while the process still ran. ``hung`` is True when no rank is among them.
+    """
 
     stacks: dict[int, list[Frame]] = field(default_factory=dict)
     run: TorchrunRun | None = None
     seconds_to_end: float = 0.0  # from the dump to the end of the job
     tag: str = ""  # RUN_TAG in the environment of the job's agent and workers
+    finished_before_read: list[int] = field(default_factory=list)
+
+    @property
+    def hung(self) -> bool:
+        """Whether every rank was still running when its stack was read."""
+        return not self.finished_before_read
 
     def processes_left(self) -> list[int]:
         """The pids of this job's processes still running (none, once it has been stopped).
@@ -135,8 +151,16 @@ class HungJob:
         return [process.pid for process in processes_tagged(self.tag)]
 
     def report(self) -> str:
-        """Every rank's stack, in rank order."""
+        """Every rank's stack, in rank order; first, if the job did not hang, a line that says so."""
         lines = []
+        if self.finished_before_read:
+            ended = "" if self.run is None or self.run.returncode is None else \
+                f" (torchrun's exit code {self.run.returncode})"
+            ranks = self.finished_before_read
+            which = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+            lines.append(f"the job did not hang: {which} exited before {'its' if len(ranks) == 1 else 'their'} "
+                         f"stack could be read{ended}. A stack shown below is the last one seen while "
+                         f"the process ran, not where it waited; the run's output says how it ended.")
         for rank in sorted(self.stacks):
             lines.append(f"rank {rank}:")
             lines += [f"  {line}" for line in stack_lines(self.stacks[rank]) or ["(no Python stack)"]]
@@ -168,6 +192,11 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
     ``settle`` seconds of being found are dumped as they are. The job should then end by
     itself (the script's ``init_process_group(timeout=...)``); after
     ``timeout`` seconds in all, it is stopped, workers included.
+
+    A job that does not hang is no error here (it is the answer to "does
+    the fix work?"): the ranks that exited before their stack could be read,
+    or that never came, are listed in ``finished_before_read``, and
+    ``report()`` begins with a line that says the job did not hang.
     """
     if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or not 1 <= nproc_per_node <= 16:
         raise ValueError(f"nproc_per_node must be an int from 1 to 16, got {nproc_per_node!r}")
@@ -196,7 +225,11 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
         # (importing torch) can take much of ``settle`` before a worker exists.
         deadline = time.monotonic() + settle
         for rank in sorted(workers):
-            job.stacks[rank] = _settled_stack(workers[rank], deadline)
+            job.stacks[rank], exited = _settled_stack(workers[rank], deadline)
+            if exited:
+                job.finished_before_read.append(rank)
+        # Workers never found: the job ended (or failed) before they started, or were seen.
+        job.finished_before_read = sorted({*job.finished_before_read, *(set(range(nproc_per_node)) - set(workers))})
         dumped = time.monotonic()
         try:
             agent.wait(max(0.1, timeout - (dumped - start)))
@@ -206,7 +239,8 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
     finally:
         stop_agent(agent, tag)
         reader.join(5)
-    job.run = TorchrunRun(tuple(command), agent.returncode, output.get("stdout", ""), output.get("stderr", ""))
+    job.run = TorchrunRun(tuple(command), agent.returncode, output.get("stdout", ""),
+                          without_lookup_warnings(output.get("stderr", "")))
     return job
 
 
@@ -242,26 +276,28 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _settled_stack(pid: int, deadline: float) -> list[Frame]:
-    """The stack once it has sat in a collective for ``STILL_FOR`` seconds, or the last one seen at ``deadline``."""
+def _settled_stack(pid: int, deadline: float) -> tuple[list[Frame], bool]:
+    """``(stack, exited)``: the stack once it has sat in a collective for ``STILL_FOR`` seconds, or
+    the last one seen at ``deadline``; ``exited`` when the process ended first (its last stack seen,
+    if any, is returned)."""
     previous, since = None, None
     while True:
         try:
             frames = dump_stack(pid)
         except RuntimeError:
             if not _alive(pid):  # the process has exited: its last stack seen
-                return previous or []
+                return previous or [], True
             # py-spy can fail to read a live process that is changing under it (a
             # busy machine saw it once): keep the stack seen so far, and try again
             if time.monotonic() >= deadline:
-                return previous or []
+                return previous or [], False
             time.sleep(0.2)
             continue
         now = time.monotonic()
         if frames != previous:
             previous, since = frames, now
         elif _waiting_in_collective(frames) and now - since >= STILL_FOR:
-            return frames
+            return frames, False
         if now >= deadline:
-            return frames
+            return frames, False
         time.sleep(0.2)

@@ -32,6 +32,7 @@ from ddp_lab.gpu_check.machine import describe_machine, why_no_cuda
 from ddp_lab.gpu_check.results import RESULTS_FOLDER, SCHEMA, assemble, out_problem, write
 from ddp_lab.gpu_check.runner import Options, run_checks
 from ddp_lab.host import cuda_device_count
+from ddp_lab.validate import check_positive_number
 
 __all__ = ["main", "NO_CUDA", "NOT_WRITTEN"]
 
@@ -58,7 +59,7 @@ def parse_args(argv):
                         help=f"all-reduce calls per timed repeat (default {Options.iterations})")
     parser.add_argument("--max-bytes", type=int, default=Options.all_reduce_sizes[-1],
                         help=f"largest all-reduce, in bytes (default {Options.all_reduce_sizes[-1]}: 256 MiB)")
-    parser.add_argument("--timeout", type=float, default=Options.timeout,
+    parser.add_argument("--timeout", type=_seconds, default=Options.timeout,
                         help=f"seconds each launch may take (default {Options.timeout:g})")
     parser.add_argument("--schema", action="store_true", help="print the results file's JSON Schema and stop")
     args = parser.parse_args(argv)
@@ -72,6 +73,14 @@ def parse_args(argv):
     if problem:  # now, not after an hour of checks whose results would have nowhere to go
         parser.error(f"argument --out: cannot write the results to {args.out!r}: {problem}. {OUT_TAKES}")
     return args
+
+
+def _seconds(text):
+    """``--timeout``'s type: a finite number of seconds > 0 (``inf``, ``nan``, ``0`` refused by argparse)."""
+    try:
+        return check_positive_number("--timeout", float(text), "seconds")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}") from None
 
 
 def main(argv=None) -> int:

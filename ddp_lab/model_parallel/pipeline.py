@@ -33,11 +33,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.validate import check_positive_int
+from ddp_lab.validate import check_positive_int, check_positive_number
 
-__all__ = ["Slot", "SCHEDULES", "pipeline_schedule", "bubble_fraction"]
+__all__ = ["Slot", "SCHEDULES", "MAX_STAGES", "MAX_MICROBATCHES", "pipeline_schedule", "bubble_fraction"]
 
 SCHEDULES = ("gpipe", "1f1b")
+# The largest pipeline simulated: every slot is computed in Python (128 stages of 1,024 micro-batches,
+# 262,144 slots, take about a second). Real pipelines have a few dozen stages at most.
+MAX_STAGES = 128
+MAX_MICROBATCHES = 1024
 
 
 @dataclass(frozen=True)
@@ -71,13 +75,18 @@ def pipeline_schedule(stages: int, microbatches: int, schedule: str = "gpipe", *
     >>> slots = pipeline_schedule(2, 2)
     >>> [(s.stage, s.phase, s.microbatch, s.start) for s in slots if s.stage == 1]
     [(1, 'F', 0, 1.0), (1, 'F', 1, 2.0), (1, 'B', 0, 3.0), (1, 'B', 1, 5.0)]
+
+    At most ``MAX_STAGES`` stages and ``MAX_MICROBATCHES`` micro-batches:
+    every slot is simulated in Python, and a size past these would run for
+    minutes. ``forward`` and ``backward`` are finite durations > 0.
     """
-    for name, value in (("stages", stages), ("microbatches", microbatches)):
-        check_positive_int(name, value)
+    check_positive_int("stages", stages, MAX_STAGES, "MAX_STAGES: each slot is simulated in Python")
+    check_positive_int("microbatches", microbatches, MAX_MICROBATCHES,
+                       "MAX_MICROBATCHES: each slot is simulated in Python")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}; got {schedule!r}")
-    if not (forward > 0 and backward > 0):
-        raise ValueError(f"forward and backward must be durations > 0, got {forward!r} and {backward!r}")
+    check_positive_number("forward", forward, "time units")
+    check_positive_number("backward", backward, "time units")
     orders = [_order(schedule, s, stages, microbatches) for s in range(stages)]
     done: dict[tuple[int, str, int], float] = {}  # (stage, phase, microbatch) -> end time
     position, free = [0] * stages, [0.0] * stages
@@ -103,5 +112,11 @@ def pipeline_schedule(stages: int, microbatches: int, schedule: str = "gpipe", *
 
 
 def bubble_fraction(stages: int, microbatches: int) -> float:
-    """The idle fraction of a step, (P - 1) / (M + P - 1), for both schedules."""
+    """The idle fraction of a step, (P - 1) / (M + P - 1), for both schedules.
+
+    ``stages`` (P) and ``microbatches`` (M) are counts of at least 1 (a
+    formula needs no cap).
+    """
+    check_positive_int("stages", stages)
+    check_positive_int("microbatches", microbatches)
     return (stages - 1) / (microbatches + stages - 1)

@@ -17,14 +17,23 @@ One plain file you can copy: it runs unchanged on CPUs (gloo) and on GPUs
 How it survives a failure. Every ``--snapshot-every`` steps, and at the end of
 every epoch, rank 0 writes a *snapshot*: the model, the optimizer, where the
 run is (epoch, batches of the epoch already used, step), the random number
-generator state of every rank, and the run's ``--seed``, ``--samples`` and
-``--hidden`` (a snapshot of another run is refused, not resumed). It writes
+generator state of every rank, and the run's ``--seed``, ``--samples``,
+``--batch-size`` and ``--hidden`` (a snapshot of another run is refused, not
+resumed: with another batch size, the batches of an epoch it had used would
+not be the ones it skips). It writes
 to a temporary file and renames it over the old snapshot, so a crash during
 the write leaves the previous snapshot intact. When torchrun restarts the
 workers after a failure, every rank loads the snapshot and carries on from
 there: same epoch, same shuffle, the batches it had already used skipped,
 same random numbers. On CPU the final weights are then equal, bit for bit,
-to those of a run that never failed.
+to those of a run that never failed. ``--final`` is written the same way, so
+a link found at its path is replaced, never written through.
+
+Checked before anything trains: a ``--snapshot`` path that holds something
+other than a file (a folder, a named pipe, which would block the read for
+ever) and a ``--final`` whose folder does not exist or cannot be written are
+refused. A disk that fills up while a snapshot or the final weights are
+written stops the job with "no space left on device" and the path.
 
 Why ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in front of a torchrun that may
 restart. By default torchrun's agent hosts one key-value store for every
@@ -44,10 +53,12 @@ The task is synthetic, drawn from ``--seed``: nothing is downloaded.
 
 import argparse
 import contextlib
+import errno
 import math
 import os
 import random
 import socket
+import stat
 import sys
 
 import torch
@@ -130,6 +141,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     check_fail_rank(parser, args.fail_rank)
     check_fail_at_step(parser, args)
+    check_paths(parser, args)
     warn_if_restarts_share_a_store()
     return args
 
@@ -161,6 +173,46 @@ def check_fail_at_step(parser, args):
         parser.error(f"argument --fail-at-step: must be a step of this run, which has {steps} "
                      f"({args.epochs} epoch(s) of {per_epoch}: --samples {args.samples} over "
                      f"WORLD_SIZE={world_size} in batches of {args.batch_size}), got {args.fail_at_step}")
+
+
+def check_paths(parser, args):
+    """Before the process group: is ``--snapshot`` absent or a file, and can ``--final`` be written?
+
+    The snapshot path is examined with ``os.stat``, never opened: opening a
+    named pipe (FIFO) waits for a writer that never comes. ``--final`` is
+    written by rank 0 only, so only rank 0 checks its folder: that it exists
+    and that this user may create a file in it (the weights are written to a
+    temporary file there, then renamed).
+    """
+    kind = _not_a_file(args.snapshot)
+    if kind is not None:
+        parser.error(f"argument --snapshot: {args.snapshot} is {kind}, not a file: the snapshot is "
+                     f"read from and written to a file. Remove it, or pass --snapshot another path")
+    if args.final is None or os.environ.get("RANK", "0") != "0":
+        return
+    folder = os.path.dirname(os.path.abspath(args.final))
+    if os.path.isdir(args.final):
+        parser.error(f"argument --final: {args.final} is a folder: give the path of a file to write")
+    if not os.path.isdir(folder):
+        parser.error(f"argument --final: the folder {folder} does not exist: create it, or pass another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        parser.error(f"argument --final: cannot create files in {folder} (no permission): pass another path")
+
+
+def _not_a_file(path):
+    """What is at ``path`` if it is there and not a regular file ("a named pipe (FIFO)"), else None.
+
+    ``os.stat`` follows a symbolic link: a link to a file is a file.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kinds = [(stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def warn_if_restarts_share_a_store():
@@ -289,20 +341,56 @@ def save_snapshot(path, snapshot):
     The temporary file is always a new one: whatever is found at its name
     (left by a write that was killed, or a link put there) is removed, not
     written through, and mode "x" (``O_CREAT | O_EXCL``) refuses to open
-    anything that is there, a symbolic link included.
+    anything that is there, a symbolic link included. ``os.replace`` replaces
+    a link found at ``path`` itself, not its target. The final weights
+    (``--final``) are written this way too.
+
+    A full disk stops the job with a message naming ``path`` (``full_disk``),
+    and the partial temporary file is removed.
     """
     tmp = f"{path}.tmp"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # a symbolic link is removed itself, its target untouched
-    with open(tmp, "xb") as file:  # x: create a new file, or fail
-        torch.save(snapshot, file)
-        file.flush()
-        os.fsync(file.fileno())
+    try:
+        with open(tmp, "xb") as file:  # x: create a new file, or fail
+            torch.save(snapshot, file)
+            file.flush()
+            os.fsync(file.fileno())
+    except (OSError, RuntimeError) as error:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        full = full_disk(error, path)
+        if full is None:
+            raise
+        raise SystemExit(full) from None
     os.replace(tmp, path)
 
 
+def full_disk(error, path):
+    """The message for a write of ``path`` that failed because the disk is full, or None.
+
+    ``torch.save`` into a file reports a full disk as a ``RuntimeError``
+    ("unexpected pos 704 vs 598", from ``inline_container.cc``); the
+    ``OSError`` with errno ENOSPC that Python's ``write`` raised is its
+    ``__context__``. The chain of causes is searched for it (and for
+    EDQUOT, a user's disk quota used up).
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            reason = "no space left on device" if error.errno == errno.ENOSPC else "disk quota exceeded"
+            return (f"error: {reason} while writing {path}: free some space on its file system "
+                    f"(the previous file at that path, if any, is intact), or write it elsewhere")
+        error = error.__cause__ or error.__context__
+    return None
+
+
 SNAPSHOT_KEYS = ("model", "optimizer", "epoch", "batches_done", "step", "rng", "world_size")
-RUN_KEYS = ("seed", "samples", "hidden")  # the run it belongs to: not all in an older train.py's snapshots
+RUN_KEYS = ("seed", "samples", "batch_size", "hidden")  # the run it belongs to: not all in older snapshots
+# An older train.py recorded no batch size: such a snapshot is resumed without checking it, and without a notice
+# (the notice names the keys that every snapshot of that train.py lacks).
+SILENT_IF_MISSING = ("batch_size",)
 
 
 def load_snapshot(path):
@@ -331,9 +419,11 @@ def load_snapshot(path):
 def check_resume(snapshot, args, rank):
     """Before resuming: is ``snapshot`` from this run, and is anything left to train?
 
-    A snapshot of another run (another ``--seed``, ``--samples`` or
-    ``--hidden``) stops the job on every rank, naming both values: resumed,
-    it would mix two runs, or fail to load. One written by an older train.py,
+    A snapshot of another run (another ``--seed``, ``--samples``,
+    ``--batch-size`` or ``--hidden``) stops the job on every rank, naming
+    both values: resumed, it would mix two runs, skip batches it never
+    trained on (the batches of an epoch already used are counted in batches
+    of the snapshot's size), or fail to load. One written by an older train.py,
     which did not record them all, is resumed, and rank 0 says which it could
     not check (the hidden size, it reads from the weights). One whose run is
     already over is resumed too, and trains nothing: rank 0 says so, and how
@@ -347,12 +437,12 @@ def check_resume(snapshot, args, rank):
         recorded["hidden"] = int(weight.shape[0]) if isinstance(weight, torch.Tensor) else None
     differ = [name for name, value in recorded.items() if value is not None and value != getattr(args, name)]
     if differ:
-        theirs = " ".join(f"--{name} {recorded[name]}" for name in differ)
-        ours = " ".join(f"--{name} {getattr(args, name)}" for name in differ)
+        theirs = " ".join(f"{_option(name)} {recorded[name]}" for name in differ)
+        ours = " ".join(f"{_option(name)} {getattr(args, name)}" for name in differ)
         raise SystemExit(f"error: --snapshot {args.snapshot} is from a run with {theirs}, not {ours}: "
                          f"pass {theirs} to resume it, or delete it (or pass --snapshot another path) "
                          f"to start over")
-    unknown = [f"--{name}" for name, value in recorded.items() if value is None]
+    unknown = [_option(name) for name, value in recorded.items() if value is None and name not in SILENT_IF_MISSING]
     if unknown:
         log(f"{args.snapshot} does not record its run's {', '.join(unknown)} (an older train.py wrote it): "
             f"resuming without checking {'it' if len(unknown) == 1 else 'them'}", rank)
@@ -361,6 +451,11 @@ def check_resume(snapshot, args, rank):
         run = (f"a finished run (epoch {epoch} of {args.epochs})" if epoch == args.epochs
                else f"a run already at epoch {epoch}, past --epochs {args.epochs}")
         log(f"{args.snapshot} is from {run}: nothing to train; delete it or pass --snapshot another path", rank)
+
+
+def _option(name):
+    """``batch_size`` -> ``--batch-size``: the option a run key comes from."""
+    return "--" + name.replace("_", "-")
 
 
 def unusable_snapshot(path, reason):
@@ -389,6 +484,7 @@ def take_snapshot(path, rank, model, optimizer, epoch, batches_done, step, args)
             "world_size": dist.get_world_size(),
             "seed": args.seed,
             "samples": args.samples,
+            "batch_size": args.batch_size,
             "hidden": args.hidden,
         })
     dist.barrier()
@@ -476,7 +572,7 @@ def main(argv=None):
         log(f"epoch {epoch}: loss {loss:.4f}, accuracy {accuracy:.1%}", rank)
 
     if args.final and rank == 0:
-        torch.save(model.module.state_dict(), args.final)
+        save_snapshot(args.final, model.module.state_dict())  # atomically, as a snapshot
     log(f"done: {step} steps", rank)
     # The model goes before the group it talks over. Left to the end of main,
     # its C++ Reducer would destroy the group holding the GIL, while a gloo
