@@ -13,7 +13,7 @@ def test_measure_times_both_implementations_at_every_size():
     for row in table:
         for name in ("builtin", "ring"):
             figures = row[name]
-            assert 0 < figures["seconds"] < 1
+            assert figures["seconds"] > 0  # a time; how long depends on the machine's load
             assert len(figures["samples"]) == 2 and min(figures["samples"]) <= figures["seconds"]
             assert figures["algbw"] == pytest.approx(row["bytes"] / figures["seconds"])
             assert figures["busbw"] == pytest.approx(figures["algbw"] * bus_factor("all_reduce", 2))

@@ -21,12 +21,10 @@ HELPER_PIDS = (
 )
 # Without ddp_lab's shutdown hook ipykernel waits 29 s (its SIGTERM and SIGKILL
 # rounds, see the module doc of ddp_lab.launcher.shutdown). A clean shutdown
-# takes 0.2 s on an idle machine. On a loaded one (the whole suite running on two
-# cores) a shutdown once took 10.2 s, its kernel logging "IOStream.flush timed
-# out": ipykernel's OutStream.flush waits up to flush_timeout = 10 s for its IOPub
-# thread, which was being stopped at the same moment (ipykernel 7.4,
-# iostream.py). That wait is ipykernel's own; the bound sits between the two.
-PROMPT_SHUTDOWN = 20.0
+# takes 0.2 s on an idle machine, and once took 10.2 s on a loaded one (the
+# kernel logging "IOStream.flush timed out": ipykernel 7.4's own wait, up to
+# 10 s). Time tells the two apart badly under load; the kernel's debug log
+# tells them apart for certain: the tests below read it.
 
 
 def run_in_kernel(kernel_client, code):
@@ -84,8 +82,10 @@ def test_a_kernel_told_to_shut_down_freezes_its_objects_so_exit_skips_collecting
 
 
 @pytest.fixture
-def kernel():
-    manager, client = start_new_kernel()
+def kernel(tmp_path):
+    # The kernel's own log, at debug level: it says whether ipykernel found children to stop.
+    manager, client = start_new_kernel(extra_arguments=["--debug"], stderr_path=tmp_path / "kernel.log")
+    manager.log_path = tmp_path / "kernel.log"
     run_in_kernel(client, "import json, os, tempfile, threading, time, ddp_lab\n"
                           "def one():\n    return 1\n"
                           "def slow(folder):\n"
@@ -113,7 +113,13 @@ def test_the_kernel_shuts_down_promptly_and_leaves_no_process(kernel, cell):
 
     seconds = shut_down(manager)
 
-    assert seconds < PROMPT_SHUTDOWN, f"the kernel took {seconds:.1f} s to exit"
+    # What makes the shutdown prompt is an event, not a time: ipykernel found no child
+    # to stop, so it never entered its SIGTERM and SIGKILL rounds (29 s). The kernel's
+    # debug log says which; the time is printed for the reader of the test's output.
+    log = manager.log_path.read_text()
+    assert "Kernel has no children." in log, log[-2000:]
+    assert "Sending <Signals." not in log, log[-2000:]
+    print(f"the kernel exited {seconds:.1f} s after the shutdown request")
     assert wait_until_gone(started) == []
 
 
@@ -123,7 +129,7 @@ import ddp_lab
 from ddp_lab.launcher import shutdown
 
 def slow():
-    time.sleep(600)
+    time.sleep(3600)
 
 if __name__ == "__main__":
     threading.Thread(target=ddp_lab.launch, args=(slow, 2), kwargs={"timeout": 900}, daemon=True).start()
@@ -140,10 +146,10 @@ def test_python_exiting_mid_launch_stops_the_ranks(tmp_path):
     script.write_text(EXIT_MID_LAUNCH)
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    start = time.monotonic()
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
-    seconds = time.monotonic() - start
+    # The ranks sleep an hour: a script that ends within the 300 s limit did not wait for them
+    # (no wall-clock bound of our own, which a loaded machine once broke: 64.3 s against 60).
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     pids = json.loads(done.stdout.splitlines()[-1])
-    assert len(pids) == 2 and seconds < 60
+    assert len(pids) == 2
     assert wait_until_gone(pids) == []

@@ -58,16 +58,16 @@ class AsyncUnixSocketKernelManager(UnixSockets, AsyncKernelManager):
 
 
 def start_new_kernel(kernel_name="python3", *, startup_timeout=60, manager_class=UnixSocketKernelManager,
-                     manager_options=None, **start_kwargs):
+                     manager_options=None, stderr_path=None, **start_kwargs):
     """Start a kernel and wait until it answers; its (manager, client), as jupyter_client's function of that name.
 
     ``manager_options`` go to the manager class, ``start_kwargs`` to its
     ``start_kernel`` (``cwd=``, for one). The kernel's standard error goes
-    to a temporary file, and if the kernel dies before it answers, the
-    error says what it wrote there.
+    to a temporary file (to ``stderr_path``, kept, if given), and if the
+    kernel dies before it answers, the error says what it wrote there.
     """
     manager = manager_class(kernel_name=kernel_name, **(manager_options or {}))
-    with tempfile.TemporaryFile() as stderr:
+    with (open(stderr_path, "w+b") if stderr_path else tempfile.TemporaryFile()) as stderr:
         manager.start_kernel(stderr=stderr, **start_kwargs)
         client = manager.client()
         client.start_channels()
