@@ -30,7 +30,8 @@ COMMANDS = (
      "python -m ddp_lab.cluster.measure --out book/part4_running/cluster_results/namespace_cluster.json"),
     ("build the book (from the repository root; HTML in _build/html)", "jupyter-book build -W -n --keep-going ."),
     ("run the whole test suite (from the repository root)", "python -m pytest"),
-    ("re-run one notebook and check it", "jupyter execute --inplace <notebook> && python -m pytest <notebook>"),
+    ("re-run one notebook, record what it ran on, and check it",
+     "python tools/execute_notebook.py <notebook> && python -m pytest <notebook>"),
 )
 
 

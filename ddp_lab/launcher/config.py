@@ -39,6 +39,10 @@ GPU_AND_CPU = "cpu:gloo,cuda:nccl"
 # (``ddp_lab.spawn``).
 STYLES = ("torchrun", "spawn")
 DEFAULT_TIMEOUT = 60.0
+# Collectives and the rendezvous store must not give up before the launcher does:
+# the launcher's own timeout, which also says where ranks were stuck, ends a hang
+# first. They get this much longer (``LaunchConfig.process_group_timeout``).
+TIMEOUT_MARGIN = 60.0
 # Every timeout (a launch's, a spawn's) is at most a week. Waiting on the
 # ranks' pipes counts in milliseconds held in a C int, which overflows past
 # 24.8 days; a week is far beyond any lesson's need.
@@ -63,6 +67,11 @@ class LaunchConfig:
     @property
     def ranks_per_node(self):
         return self.world_size // self.nodes
+
+    @property
+    def process_group_timeout(self) -> float:
+        """Seconds the ranks' collectives and store wait: the launch's timeout and ``TIMEOUT_MARGIN``."""
+        return self.timeout + TIMEOUT_MARGIN
 
 
 def make_config(world_size, *, backend="auto", nodes=1, threads=None,

@@ -38,12 +38,24 @@ _started_by: dict[int, int] = {}  # forkserver pid -> pid of the process that st
 
 
 def forkserver_context():
-    """The multiprocessing context ranks are started from (see module doc)."""
+    """The multiprocessing context ranks are started from (see module doc): a getter, it changes nothing."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")  # Windows
+    return multiprocessing.get_context("forkserver")
+
+
+def prepare_forkserver():
+    """Make the forkserver ready for this process's next launch; return its context.
+
+    Forgets a forkserver inherited through ``os.fork()``, has a Jupyter
+    kernel stop the helpers when it shuts down (``shutdown``), and names the
+    modules the forkserver imports when it starts.
+    """
+    context = forkserver_context()
+    if context.get_start_method() != "forkserver":
+        return context
     _forget_inherited_forkserver()
     shutdown.stop_helpers_with_the_kernel()  # the forkserver is the kernel's child
-    context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([*_added_preloads, PRELOAD])  # PRELOAD freezes them all
     return context
 
@@ -95,7 +107,7 @@ def start_forkserver():
     from ddp_lab.launcher.config import check_working_directory
 
     check_working_directory()  # multiprocessing's start of the forkserver asks for it
-    context = forkserver_context()
+    context = prepare_forkserver()
     if context.get_start_method() == "forkserver":
         from multiprocessing import forkserver
 

@@ -46,7 +46,7 @@ from multiprocessing import util
 from multiprocessing.connection import wait
 
 from ddp_lab.launcher import protocol, shutdown
-from ddp_lab.launcher.forkserver import forkserver_context, start_process
+from ddp_lab.launcher.forkserver import prepare_forkserver, start_process
 from ddp_lab.launcher.output import LiveLine, RankOutput
 from ddp_lab.launcher.run_result import RunResult
 from ddp_lab.launcher.where_stuck import describe_where, rendezvous_arguments, timeout_hint, waiting_kind
@@ -102,10 +102,10 @@ class WorkerGroup:
         self._asked = set()  # ranks whose answer to that question is awaited
         self._live = LiveLine()  # what the ranks print, shown while they run (output.py)
         # Under spawn the ranks' own code hosts its store (rank 0), where it chooses.
-        self._store, self.port = (_loopback_store(config.timeout) if config.style == "torchrun"
-                                  else (None, None))
+        self._store, self.port = (_loopback_store(config.process_group_timeout)
+                                  if config.style == "torchrun" else (None, None))
         jobs = job if isinstance(job, list) else [job] * config.world_size
-        context = forkserver_context()
+        context = prepare_forkserver()
         self._ranks = []
         self._killed = False
         # The ranks' own temporary folder (see the module doc), removed by kill().
@@ -127,10 +127,7 @@ class WorkerGroup:
             threads=config.threads,
             backend=config.backend,
             init_process_group=config.init_process_group,
-            # Collectives must not give up before the launcher does: the
-            # launcher's own timeout, which also says where ranks were stuck,
-            # ends a hang first.
-            process_group_timeout=config.timeout + 60,
+            process_group_timeout=config.process_group_timeout,
             source_lines=source_lines,
         )
 
@@ -366,7 +363,7 @@ def _start_rank(context, spec, job, temp_dir):
     return _Rank(spec.rank, process, control, output_pipe)
 
 
-def _loopback_store(timeout):
+def _loopback_store(store_timeout):
     """A rendezvous store listening on 127.0.0.1 only, on a port the OS chose.
 
     Binding the socket ourselves (port 0 = "any free port") and handing it to
@@ -380,7 +377,7 @@ def _loopback_store(timeout):
     listener.listen(128)
     port = listener.getsockname()[1]
     store = dist.TCPStore(
-        "127.0.0.1", port, None, True, timedelta(seconds=timeout + 60),
+        "127.0.0.1", port, None, True, timedelta(seconds=store_timeout),
         wait_for_workers=False, master_listen_fd=listener.detach(),  # the store owns it now
     )
     return store, port
