@@ -62,7 +62,9 @@ def rank_sockets() -> RankSockets:
     import torch.distributed as dist
 
     store_port = int(os.environ["MASTER_PORT"])
-    connections = psutil.Process().net_connections(kind="tcp")
+    process = psutil.Process()
+    # net_connections since psutil 6.0; before it (Colab's 5.9.5), the same under its old name
+    connections = getattr(process, "net_connections", process.connections)(kind="tcp")
     listening = tuple(sorted(c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN))
     established = [c for c in connections if c.status == psutil.CONN_ESTABLISHED and c.raddr]
     to_store = sum(c.raddr.port == store_port for c in established)
