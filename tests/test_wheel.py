@@ -34,7 +34,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "book" / "part4_running" / "11_torchrun.ipynb"
-BUILD_INPUTS = ("pyproject.toml", "README.md", "MANIFEST.in", "CHANGELOG.md", "ddp_lab", "labs/scripts")
+BUILD_INPUTS = ("pyproject.toml", "README.md", "MANIFEST.in", "CHANGELOG.md", "ddp_lab", "labs/scripts",
+                "book/part4_running/gpu_results", "book/part4_running/cluster_results")
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
 
 
@@ -127,6 +128,12 @@ def test_the_wheel_holds_every_module_the_controls_and_the_book_scripts(dists):
     with zipfile.ZipFile(wheel) as archive:
         for name in book_scripts():
             assert archive.read(f"ddp_lab/book_scripts/{name}") == (ROOT / "labs" / "scripts" / name).read_bytes()
+        # the stored runs that Chapters 5, 6, 9, 12, 12b and 14 show, outside a checkout too
+        stored = sorted((ROOT / "book" / "part4_running").glob("*_results/*.json"))
+        assert stored
+        for path in stored:
+            kept = f"ddp_lab/stored_runs/{path.parent.name}/{path.name}"
+            assert archive.read(kept) == path.read_bytes(), kept
     assert not [name for name in names if name.endswith(".pyc") or "__pycache__" in name]
     metadata = zipfile.ZipFile(wheel).read(f"ddp_lab-{version()}.dist-info/METADATA").decode()
     assert "Requires-Dist: torch<2.16,>=2.11" in metadata

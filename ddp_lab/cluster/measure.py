@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from ..collectives.hierarchical import hierarchical_all_reduce, node_groups
+from .scripts import stored_runs_folder
 
 __all__ = ["timed", "link_times", "flat_vs_hierarchical", "ddp_step_times", "DDP_SETTINGS"]
 
@@ -333,7 +334,7 @@ def _json_keys(value):
     return value
 
 
-STORED = Path(__file__).resolve().parents[2] / "book" / "part4_running" / "cluster_results" / "namespace_cluster.json"
+STORED = stored_runs_folder("cluster_results") / "namespace_cluster.json"
 
 
 def stored_results(path=STORED):

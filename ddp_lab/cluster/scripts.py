@@ -14,7 +14,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-__all__ = ["book_script", "script_names", "scripts_folder", "script_function"]
+__all__ = ["book_script", "script_names", "scripts_folder", "script_function", "stored_runs_folder"]
+
+STORED_RUNS = ("gpu_results", "cluster_results")  # book/part4_running/<name>: runs measured once, kept
 
 
 def scripts_folder() -> Path:
@@ -47,6 +49,23 @@ def script_names() -> list[str]:
     """
     return sorted(path.name for path in scripts_folder().iterdir()
                   if path.is_file() and not path.name.startswith((".", "_")) and path.suffix != ".pyc")
+
+
+def stored_runs_folder(name: str) -> Path:
+    """The folder of one kind of stored run: ``"gpu_results"`` (Chapters 5, 6, 9, 14) or
+    ``"cluster_results"`` (Chapters 12 and 12b).
+
+    From a checkout: ``book/part4_running/NAME``. Installed from the wheel:
+    ``ddp_lab/stored_runs/NAME``, where ``pyproject.toml`` maps those folders,
+    so that the pages run on Colab show the same stored runs.
+    """
+    if name not in STORED_RUNS:
+        raise ValueError(f"stored runs are {' or '.join(map(repr, STORED_RUNS))}, got {name!r}")
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "stored_runs" / name
+    if installed.is_dir():
+        return installed
+    return package.parent / "book" / "part4_running" / name
 
 
 def book_script(name: str) -> Path:

@@ -29,6 +29,8 @@ import re
 import secrets
 from pathlib import Path
 
+from ddp_lab.cluster.scripts import stored_runs_folder
+
 __all__ = ["FORMAT", "SCHEMA", "RESULTS_DIR", "RESULTS_FOLDER", "STATUSES", "record",
            "assemble", "validate", "write", "load", "stored_results", "results_filename", "results_path",
            "out_problem"]
@@ -37,7 +39,7 @@ FORMAT = "ddp_lab.gpu_check/1"
 STATUSES = ("passed", "failed", "skipped")
 # Where the book keeps results files: as typed from the repository's root, and on disk.
 RESULTS_FOLDER = "book/part4_running/gpu_results/"
-RESULTS_DIR = Path(__file__).resolve().parents[2] / RESULTS_FOLDER
+RESULTS_DIR = stored_runs_folder("gpu_results")  # the checkout's RESULTS_FOLDER, or the wheel's copy
 
 _NUMBER = {"type": "number", "minimum": 0}
 _COUNT = {"type": "integer", "minimum": 1}

@@ -50,6 +50,7 @@ import json
 from importlib import resources
 
 import anywidget
+import ipywidgets
 import traitlets
 
 from ddp_lab.draw.palette import BLUE, INK, MUTED_TEXT, VERMILLION
@@ -144,3 +145,14 @@ class Control(anywidget.AnyWidget):
             f'<div class="ddp-control-static">{self.static_html()}</div></div>'
         )
         return data, metadata
+
+    if int(getattr(ipywidgets, "__version__", "8").split(".")[0]) < 8:
+        def _ipython_display_(self, **kwargs):
+            """ipywidgets 7 (Colab's 7.7.1) displays a widget through a method of this name,
+            which IPython prefers to ``_repr_mimebundle_`` and which would leave out the
+            ``text/html`` above; ipywidgets 8 has no such method. Display what
+            ``_repr_mimebundle_`` gives, as IPython does under ipywidgets 8."""
+            from IPython.display import display
+
+            data, metadata = self._repr_mimebundle_(**kwargs)
+            display(data, metadata=metadata, raw=True)
