@@ -11,6 +11,7 @@ themselves run on a GPU machine: ``python -m ddp_lab.gpu_check``.
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ from jsonschema import Draft202012Validator
 from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.cost import bus_factor
 from ddp_lab.gpu_check import chapter14, launches, machine
-from ddp_lab.gpu_check.__main__ import NO_CUDA, NOT_WRITTEN, main
+from ddp_lab.gpu_check.__main__ import NO_CUDA, NOT_WRITTEN, main, recorded_command
 from ddp_lab.gpu_check.allreduce import all_reduce_measurement, measure_all_reduce
 from ddp_lab.gpu_check.checklist import CHECKS, check_named
 from ddp_lab.gpu_check.report import draw_all_reduce_busbw, gpu_results_text, measured_on, no_results_message, report
@@ -101,6 +102,15 @@ def test_the_command_prints_its_schema_and_refuses_bad_options(capsys):
         main(["--repeats", "0"])
     assert exited.value.code == 2
     assert "repeats must be an int >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("timeout", ["inf", "nan", "1e400", "0", "-5", "soon"])
+def test_a_timeout_that_is_not_a_finite_number_of_seconds_is_refused(timeout, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--timeout", timeout, "--schema"])
+    assert exited.value.code == 2
+    assert f"error: argument --timeout: must be a finite number of seconds > 0, got {timeout!r}" \
+        in capsys.readouterr().err
 
 
 def facts(**changes):
@@ -243,6 +253,71 @@ def test_the_command_with_allow_no_gpu_writes_a_file_that_follows_the_schema(tmp
     assert "[9/13] ring_all_reduce_nccl: skipped: needs 2 CUDA GPUs; this machine has 0" in lines
     assert report([document]) in done.stdout
     assert lines[-1] == f"results written to {Path('results') / path.name}"
+
+
+@NO_GPU_HERE
+def test_the_file_records_no_absolute_out_path(tmp_path, monkeypatch, capsys):
+    # The book's GPU run wrote to the machine's own folder, "--out /root/out/" (issue 45, item 15).
+    elsewhere, here = tmp_path / "machine" / "out", tmp_path / "repo"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["--allow-no-gpu", "--only", "launch_nccl", "--out", f"{elsewhere}/"]) == 0
+    (document,) = stored_results(elsewhere)
+    assert document["command"] == "python -m ddp_lab.gpu_check --allow-no-gpu --only launch_nccl --out OUT"
+    assert main(["--allow-no-gpu", "--only", "launch_nccl", f"--out={here / 'results'}/"]) == 0
+    (document,) = stored_results(here / "results")
+    assert document["command"] == "python -m ddp_lab.gpu_check --allow-no-gpu --only launch_nccl --out=results/"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv, command", [
+    (["--out", "results/"], "--out results/"),                          # relative: as typed
+    (["--out", "/repo/book/gpu_results/"], "--out book/gpu_results/"),  # inside the folder it ran in
+    (["--ou", "/repo/r.json", "--timeout", "90"], "--ou r.json --timeout 90"),  # argparse's abbreviation
+    (["--out=/repo"], "--out=."),
+    (["--timeout", "90", "--out", "/root/out/"], "--timeout 90 --out OUT"),  # elsewhere: the argument's name
+    (["--out", "/repository/r.json"], "--out OUT"),                     # a prefix of the name is not inside
+    (["--only", "launch_nccl", "--out=/tmp/x.json"], "--only launch_nccl --out=OUT"),
+])
+def test_the_recorded_command_keeps_no_absolute_path(argv, command):
+    assert recorded_command(argv, cwd="/repo") == f"python -m ddp_lab.gpu_check {command}"
+
+
+# Absolute paths in a results file's text: a "/" that starts a word, "//" (a URL) excluded.
+ABSOLUTE_PATH = re.compile(r"(?:^|(?<=[\s=:'\"(\[]))/(?!/)[^\s'\",)\]]+")
+# The one kind allowed: torch's own C++ source file, named in its error messages (NCCL's
+# "NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93"), a path of the
+# machine that built the wheel, not of the one that ran the checks.
+TORCH_SOURCE = re.compile(r"^/pytorch/torch/csrc/[\w/.]+:\d+$")
+
+
+def texts(value, where="$"):
+    """Every string in a JSON document, with where it is."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from texts(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from texts(item, f"{where}[{index}]")
+    elif isinstance(value, str):
+        yield where, value
+
+
+def test_absolute_paths_are_found_in_text():
+    found = [m.group(0) for text in ("python -m x --out /root/out/", "--out=/tmp/r.json", "see https://a.b/c",
+                                     "busbw = algbw x 2(W-1)/W", "7.0 GB/s", "NCCL error in: /pytorch/torch/"
+                                     "csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage")
+             for m in ABSOLUTE_PATH.finditer(text)]
+    assert found == ["/root/out/", "/tmp/r.json", "/pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93"]
+    assert [bool(TORCH_SOURCE.match(path)) for path in found] == [False, False, True]
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS_DIR.glob("*.json")), ids=lambda path: path.name)
+def test_no_committed_results_file_carries_a_path_of_its_machine(path):
+    document = json.loads(path.read_text())
+    paths = [(where, found) for where, text in texts(document) for found in ABSOLUTE_PATH.findall(text)
+             if not TORCH_SOURCE.match(found)]
+    assert paths == [], f"{path.name}: absolute paths of the machine that wrote it: {paths}"
 
 
 def named(document, name):

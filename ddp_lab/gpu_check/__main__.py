@@ -16,6 +16,11 @@ when every check passed or was skipped for want of GPUs, 1 when one failed
 nothing written), 4 when the file could not be written after all (the
 results are printed as JSON instead, after the report).
 
+The file records the command line that made it (``command``), with an
+``--out`` that names a place outside the current folder written as ``OUT``
+(an absolute path inside it is made relative): the file is committed, and
+carries no path of the machine that wrote it.
+
 Chapter 14 tells how to run it on a GPU machine.
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -34,10 +40,11 @@ from ddp_lab.gpu_check.runner import Options, run_checks
 from ddp_lab.host import cuda_device_count
 from ddp_lab.validate import check_positive_number
 
-__all__ = ["main", "NO_CUDA", "NOT_WRITTEN"]
+__all__ = ["main", "recorded_command", "NO_CUDA", "NOT_WRITTEN"]
 
 NO_CUDA = 3  # the exit status when there is no GPU to check
 NOT_WRITTEN = 4  # the checks ran but their file could not be written: they are printed instead
+OUT_PLACEHOLDER = "OUT"  # what the recorded command says for an --out outside the current folder
 OUT_TAKES = ("--out takes a .json file, or a folder (created if need be), that you can write to and that is "
              "not a symbolic link")
 
@@ -83,6 +90,40 @@ def _seconds(text):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}") from None
 
 
+def recorded_command(argv, cwd=None) -> str:
+    """The command line as the results file records it: no absolute path of this machine in it.
+
+    ``--out`` (or ``--out=...``, or argparse's abbreviation ``--ou``) is kept
+    as typed when it is relative; an absolute one inside ``cwd`` (the current
+    folder by default) becomes relative to it, keeping a final ``/``; any
+    other becomes ``OUT``, argparse's name for the argument. The results
+    folder is committed with the book (Chapter 14), and a path such as
+    ``/root/out/`` would only say where one machine kept its files.
+    """
+    cwd = os.path.abspath(os.getcwd() if cwd is None else cwd)
+
+    def relative(out):
+        if not os.path.isabs(out):
+            return out
+        inside = os.path.commonpath([cwd, os.path.abspath(out)]) == cwd
+        if not inside:
+            return OUT_PLACEHOLDER
+        path = os.path.relpath(out, cwd)
+        return path + "/" if out.endswith(("/", os.sep)) and path != "." else path
+
+    words, out_next = [], False
+    for word in argv:
+        option, equals, value = word.partition("=")
+        if out_next:
+            words.append(relative(word))
+        elif option in ("--out", "--ou") and equals:
+            words.append(f"{option}={relative(value)}")
+        else:
+            words.append(word)
+        out_next = not out_next and word in ("--out", "--ou")
+    return shlex.join(["python", "-m", "ddp_lab.gpu_check", *words])
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
@@ -102,7 +143,7 @@ def main(argv=None) -> int:
           + f"; {len(checks)} checks", flush=True)
     records = run_checks(checks, gpus, args.options, progress=lambda line: print(line, flush=True))
     document = assemble(describe_machine(gpus), records, args.options.as_dict(), date=date,
-                        command=shlex.join(["python", "-m", "ddp_lab.gpu_check", *argv]),
+                        command=recorded_command(argv),
                         allow_no_gpu=args.allow_no_gpu)
     try:
         path, failure = write(document, args.out), None
