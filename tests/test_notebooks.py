@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The first cell of every notebook: installs ddp_lab on Colab, does nothing elsewhere
 # (tools/set_repository.py writes it from _config.yml and pyproject.toml).
 sys.path.insert(0, str(ROOT / "tools"))
-from set_repository import install_cell, repository_url, version  # noqa: E402
+from set_repository import install_cell, version  # noqa: E402
 
-COLAB_CELL = install_cell(repository_url(), f"v{version()}")
+COLAB_CELL = install_cell(version())
 HIDDEN_INPUT_TAGS = {"remove-input", "hide-input", "remove-cell"}
 
 NOTEBOOKS = sorted(
