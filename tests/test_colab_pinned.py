@@ -49,10 +49,10 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import wheel_build  # tests/: one home for the build
 
 ROOT = Path(__file__).resolve().parents[1]
 COLAB_FREEZE = ROOT / "tests" / "colab" / "pip-freeze.txt"
@@ -163,20 +163,8 @@ def version() -> str:
 
 
 def build_wheel(folder: Path) -> Path:
-    """The wheel of this checkout's ddp_lab, built from a copy of what the build reads."""
-    source = folder / "source"
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
-    for name in ("pyproject.toml", "README.md", "MANIFEST.in", "CHANGELOG.md", "ddp_lab", "labs/scripts"):
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=skip)
-        elif (ROOT / name).exists():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, source / name)
-    done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir",
-                           folder / "dist", source], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (wheel,) = (folder / "dist").glob("*.whl")
-    return wheel
+    """The wheel of this checkout's ddp_lab (tests/wheel_build.py)."""
+    return wheel_build.build(folder, sdist=False)[0]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import sysconfig
 import tarfile
 import venv
@@ -31,12 +30,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import wheel_build  # tests/: one home for the build
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "book" / "part4_running" / "11_torchrun.ipynb"
-BUILD_INPUTS = ("pyproject.toml", "README.md", "MANIFEST.in", "CHANGELOG.md", "ddp_lab", "labs/scripts",
-                "book/part4_running/gpu_results", "book/part4_running/cluster_results")
-_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
 
 
 def version() -> str:
@@ -50,26 +47,8 @@ def book_scripts() -> list[str]:
 
 
 def build_dists(folder: Path) -> tuple[Path, Path]:
-    """(wheel, sdist) of ddp_lab, built by ``python -m build`` from a copy of what the build reads.
-
-    The copy keeps the build out of the checkout (no ``build/`` folder there,
-    no race with another build), and fails here if pyproject.toml comes to
-    need a file outside BUILD_INPUTS. ``--no-isolation``: the build uses this
-    environment's setuptools (requirements.txt) rather than downloading one.
-    """
-    source = folder / "source"
-    for name in BUILD_INPUTS:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=_SKIP)
-        elif (ROOT / name).exists():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, source / name)
-    done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(folder / "dist"),
-                           str(source)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (wheel,) = (folder / "dist").glob("*.whl")
-    (sdist,) = (folder / "dist").glob("*.tar.gz")
-    return wheel, sdist
+    """(wheel, sdist) of ddp_lab (tests/wheel_build.py)."""
+    return wheel_build.build(folder)
 
 
 def fresh_venv(folder: Path) -> Path:
