@@ -121,3 +121,11 @@ def _running(script):
         except psutil.Error:
             pass
     return found
+
+
+def test_rank_lines_split_two_ranks_lines_that_share_one_line_of_the_pipe():
+    # print() writes its text, then its newline: two ranks printing at once glue their lines
+    # (seen in CI, chapter 12: "[rank 3] ... 4[rank 2] ... 4" then an empty line).
+    run = TorchrunRun(("torchrun",), 0, "[rank 3] all-reduce: 4[rank 2] all-reduce: 4\n\n[rank 0] waits for [rank 1]\n", "")
+    assert run.rank_lines() == ["[rank 3] all-reduce: 4", "[rank 2] all-reduce: 4", "[rank 0] waits for [rank 1]"]
+    assert run.rank_lines(2) == ["[rank 2] all-reduce: 4"]

@@ -23,11 +23,13 @@ holds that capability, mapped to its own user id. Where neither is
 allowed (a container without the capability, a kernel that forbids
 unprivileged user namespaces), :func:`private_network_available` is False
 and the job runs on the machine's network as a terminal's ``torchrun``
-would, with a one-line notice saying so.
+would, with a one-line notice saying so. How ``ddp_lab.cluster.torchrun``
+uses it::
 
-    >>> network = PrivateNetwork()          # doctest: +SKIP
-    >>> p = subprocess.Popen(cmd, preexec_fn=network.enter)   # the first process makes it
-    >>> network.hold(p.pid)                  # the next ones join it
+    network = PrivateNetwork()
+    first = subprocess.Popen(cmd, preexec_fn=network.enter)   # makes the namespace
+    network.hold(first.pid)                                   # the next ones join it
+    second = subprocess.Popen(cmd2, preexec_fn=network.enter)
 """
 
 from __future__ import annotations

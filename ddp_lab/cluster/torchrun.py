@@ -60,6 +60,7 @@ __all__ = ["TorchrunRun", "free_port", "torchrun_command", "run_torchrun", "run_
 TORCHRUN_MODULE = ("-m", "torch.distributed.run")  # what the torchrun console script runs
 
 RANK_LINE = re.compile(r"^\[rank (\d+)\] ")
+GLUED_RANK_LINE = re.compile(r"(?<=\S)(?=\[rank \d+\] )")  # where a second rank's line begins
 # A fresh rendezvous store for each attempt: see loopback_environment.
 RESTART_SAFE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")  # glog: level, date, time
@@ -96,12 +97,19 @@ class TorchrunRun:
         return shlex.join(words)
 
     def rank_lines(self, rank: int | None = None) -> list[str]:
-        """The lines the script printed with a ``[rank N] `` prefix (of ``rank`` only, if given)."""
+        """The lines the script printed with a ``[rank N] `` prefix (of ``rank`` only, if given).
+
+        The workers share the agent's stdout, and ``print`` writes its text and
+        its newline in two writes: two ranks printing at once can put their
+        lines on one line of the pipe (``[rank 3] ... 4[rank 2] ... 4``, then an
+        empty line). Such a line is split where the second prefix begins.
+        """
         lines = []
-        for line in self.stdout.splitlines():
-            match = RANK_LINE.match(line)
-            if match and (rank is None or int(match.group(1)) == rank):
-                lines.append(line)
+        for glued in self.stdout.splitlines():
+            for line in GLUED_RANK_LINE.split(glued):
+                match = RANK_LINE.match(line)
+                if match and (rank is None or int(match.group(1)) == rank):
+                    lines.append(line)
         return lines
 
     def rank_table(self) -> list[dict]:
