@@ -90,3 +90,18 @@ def test_auto_on_a_gpu_box_keeps_a_cpu_backend_in_the_group(monkeypatch):
     assert uses_nccl(chosen) and uses_nccl("nccl") and not uses_nccl("gloo")
     monkeypatch.setattr(config, "cuda_device_count", lambda: 1)
     assert config.choose_backend("auto", 2) == "gloo"  # fewer GPUs than ranks: gloo for everything
+
+
+def test_the_book_scripts_inside_an_installed_wheel_count_as_the_readers_code():
+    # pip install ddp-lab puts labs/scripts/ at ddp_lab/book_scripts/: a hang there is
+    # reported at the script's line (Chapter 13b on Colab), not at runpy's frame above it
+    from ddp_lab.launcher import where_stuck
+
+    script = where_stuck._BOOK_SCRIPTS_DIR + "hang_mismatch.py"
+    assert where_stuck._is_user_code(script)
+    assert not where_stuck._is_user_code(where_stuck._DDP_LAB_DIR + "launcher/api.py")
+    frames = [("/usr/lib/python3.13/runpy.py", 88, "_run_code", "exec(code)"),
+              (script, 31, "log_progress", "dist.all_reduce(loss)"),
+              (where_stuck._TORCH_DIR + "distributed/c10d_logger.py", 81, "wrapper", ""),
+              (where_stuck._TORCH_DIR + "distributed/distributed_c10d.py", 2900, "all_reduce", "")]
+    assert "called from log_progress() line 31" in where_stuck.describe_where(frames)

@@ -334,7 +334,9 @@ def measure_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Te
         _train_step(model, optimizer, x, y)
     optimizer.zero_grad(set_to_none=True)
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # else each start and stop prints a "USDT: ..." line
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+    # acc_events: torch 2.11 (Colab) warns without it that a second cycle would clear the first
+    # one's events (torch/profiler/profiler.py); there is one cycle here
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, acc_events=True) as profiler:
         with record_function("forward"):
             loss = F.cross_entropy(model(x), y)
         after_forward = registered_parameters(model)

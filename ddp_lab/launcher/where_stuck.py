@@ -31,6 +31,9 @@ import traceback
 _TORCH_DIR = os.path.dirname(importlib.util.find_spec("torch").origin) + os.sep
 _DISTRIBUTED_DIR = os.path.join(_TORCH_DIR, "distributed") + os.sep
 _DDP_LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the package, all of it
+# ... but for the book's scripts, which the wheel carries inside it (pip install ddp-lab): the
+# reader's code, as labs/scripts/ is in a checkout
+_BOOK_SCRIPTS_DIR = _DDP_LAB_DIR + "book_scripts" + os.sep
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 
 # torch.distributed functions (torch/distributed/distributed_c10d.py) by what
@@ -248,6 +251,8 @@ def _format_call(frame):
 
 
 def _is_user_code(filename):
+    if filename.startswith(_BOOK_SCRIPTS_DIR):
+        return True
     if filename.startswith((_TORCH_DIR, _DDP_LAB_DIR)):
         return False
     return not filename.startswith(_STDLIB_DIR) or "site-packages" in filename
