@@ -411,13 +411,19 @@ if __name__ == "__main__":
 """
 
 
-def test_a_launch_right_after_the_forkserver_died_starts_a_new_one(tmp_path):
+@pytest.fixture(scope="module")
+def broken_off(tmp_path_factory):
+    """FORKSERVER_BROKEN_OFF run once, for the two tests below."""
+    script = tmp_path_factory.mktemp("broken_off") / "broken_off.py"
+    script.write_text(FORKSERVER_BROKEN_OFF)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+
+
+def test_a_launch_right_after_the_forkserver_died_starts_a_new_one(broken_off):
     # Issue 35, item 5: the dying forkserver has closed its socket but is not
     # dead yet, so multiprocessing does not restart it: the next launches
     # failed with a bare ConnectionRefusedError.
-    script = tmp_path / "broken_off.py"
-    script.write_text(FORKSERVER_BROKEN_OFF)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    done = broken_off
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ddp_lab: the forkserver had stopped (ConnectionRefusedError" in done.stdout
     assert "after: 2 2" in done.stdout
@@ -429,12 +435,10 @@ def test_one_other_failure_is_named_in_the_singular():
     assert "(rank 1 failed too)" in str(one) and "(ranks 1, 2 failed too)" in str(two)
 
 
-def test_a_forkserver_whose_request_broke_off_stops_without_a_traceback(tmp_path):
+def test_a_forkserver_whose_request_broke_off_stops_without_a_traceback(broken_off):
     # Issue 44: the dying forkserver printed its own EOFError traceback (from
     # multiprocessing.reduction.recvfds) before the package's one-line notice.
-    script = tmp_path / "broken_off.py"
-    script.write_text(FORKSERVER_BROKEN_OFF)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    done = broken_off
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ddp_lab: the forkserver had stopped (ConnectionRefusedError" in done.stdout
     assert "Traceback" not in done.stderr and "EOFError" not in done.stderr, done.stderr

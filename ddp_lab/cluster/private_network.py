@@ -55,8 +55,13 @@ NOTICE = ("ddp_lab: this system allows no private network namespace here, so thi
           "in a terminal does")
 
 
+# Loaded here, once: the functions below run in a child between fork and exec, where a
+# process that had other threads must not take the dynamic loader's lock (dlopen).
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
 def _libc():
-    return ctypes.CDLL(None, use_errno=True)
+    return _LIBC
 
 
 def _check(result: int, what: str):
