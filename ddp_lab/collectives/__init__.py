@@ -1,6 +1,9 @@
 """Part II's algorithms, run inside each rank: collectives built from messages.
 
-- ``ring``: the ring all-reduce, from isend/irecv (Chapter 6, read in Lab 3);
+- ``textbook_ring``: the ring all-reduce as the textbook draws it, in about 30 lines
+  (Chapter 6 and Lab 3 show it first);
+- ``ring``: the same ring, pipelined in pieces with receives posted early, fast enough
+  to keep up with gloo's own all-reduce (Chapter 6, read in Lab 3);
 - ``naive``: gather to one rank, sum, send back: what the ring improves on;
 - ``parameter_server``: one rank averages for all, and its traffic (Chapters 1 and 5);
 - ``step_trace``: what each rank sent, received and held, step by step;
