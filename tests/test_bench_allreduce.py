@@ -18,7 +18,10 @@ def test_measure_times_both_implementations_at_every_size():
             assert figures["algbw"] == pytest.approx(row["bytes"] / figures["seconds"])
             assert figures["busbw"] == pytest.approx(figures["algbw"] * bus_factor("all_reduce", 2))
     lines = bench.format_table(table).splitlines()
-    assert "ring/builtin" in lines[0] and lines[1].split()[:2] == ["1", "KiB"]
+    assert lines[0] == "builtin:" and lines[2].split()[:2] == ["1", "KiB"]
+    ring = lines.index("ring:")
+    assert "ring/builtin" in lines[ring + 1] and lines[ring + 2].split()[-1].endswith("x")
+    assert max(len(line) for line in lines) <= 80  # fits the book's text column
 
 
 def loop_sizes_on_each_rank(trial_seconds):

@@ -140,25 +140,26 @@ def default_sizes(smallest=1 << 10, largest=64 << 20):
 
 
 def format_table(table, baseline="builtin"):
-    """A text table: per implementation, the fastest, median and slowest trial's
-    time per call and the median's bus bandwidth; the ratio of the medians' busbw."""
+    """A text table per implementation, each fitting a page of 80 columns: the
+    fastest, median and slowest trial's time per call and the median's bus
+    bandwidth; for the others than ``baseline``, the ratio of the medians' busbw."""
     names = [k for k in table[0] if k != "bytes"]
-    header = f"{'size':>9}" + "".join(f"{name + ': fastest':>18}{'median':>10}{'slowest':>10}{'busbw':>13}"
-                                      for name in names)
-    header += "".join(f"{name + '/' + baseline:>15}" for name in names if name != baseline)
-    lines = [header]
-    for row in table:
-        line = f"{format_bytes(row['bytes']):>9}"
-        for name in names:
+    lines = []
+    for name in names:
+        ratio = name != baseline and baseline in names
+        lines += ([""] if lines else []) + [
+            f"{name}:",
+            f"{'size':>9}{'fastest':>10}{'median':>10}{'slowest':>10}{'busbw':>13}"
+            + (f"{name + '/' + baseline:>15}" if ratio else "")]
+        for row in table:
             figures = row[name]
             samples = figures.get("samples") or (figures["seconds"],)
-            line += (f"{format_seconds(min(samples)):>18}{format_seconds(figures['seconds']):>10}"
-                     f"{format_seconds(max(samples)):>10}{format_rate(figures['busbw']):>13}")
-        for name in names:
-            if name != baseline:
-                ratio = row[name]["busbw"] / row[baseline]["busbw"]
-                line += f"{ratio:>14.2f}x"
-        lines.append(line)
+            line = (f"{format_bytes(row['bytes']):>9}{format_seconds(min(samples)):>10}"
+                    f"{format_seconds(figures['seconds']):>10}{format_seconds(max(samples)):>10}"
+                    f"{format_rate(figures['busbw']):>13}")
+            if ratio:
+                line += f"{figures['busbw'] / row[baseline]['busbw']:>14.2f}x"
+            lines.append(line)
     return "\n".join(lines)
 
 

@@ -166,27 +166,30 @@ def measure_collectives(world_size: int = 4, sizes=SIZES, collectives=COLLECTIVE
 
 
 def table(rows: list[Timing]) -> str:
-    """The measurements as text: the time of the fastest, median and slowest
-    repeat, algbw and busbw of the median, and the fastest repeat's busbw as a
-    fraction of the link's (the fastest ``send_recv`` at the same size), when
-    the baseline was measured."""
+    """The measurements as text, in two tables that fit a page of 80 columns:
+    first the time of the fastest, median and slowest repeat; then algbw and
+    busbw of the median, and the fastest repeat's busbw as a fraction of the
+    link's (the fastest ``send_recv`` at the same size), when the baseline was
+    measured."""
     link = {r.nbytes: r.best_busbw for r in rows if r.collective == "send_recv"}
-    lines = [f"{'collective':<15}{'size':>9}{'fastest':>11}{'median':>11}{'slowest':>11}"
-             f"{'algbw':>14}{'busbw':>14}{'busbw/link':>12}"]
+    times = [f"{'collective':<15}{'size':>9}{'fastest':>11}{'median':>11}{'slowest':>11}"]
+    rates = [f"{'collective':<15}{'size':>9}{'algbw':>14}{'busbw':>14}{'busbw/link':>12}"]
     for r in rows:
         ratio = f"{r.best_busbw / link[r.nbytes]:.2f}" if link.get(r.nbytes) else "-"
         slowest = max(r.samples) if r.samples else r.seconds
-        lines.append(f"{r.collective:<15}{format_bytes(r.nbytes):>9}{format_seconds(r.best):>11}"
-                     f"{format_seconds(r.seconds):>11}{format_seconds(slowest):>11}"
+        times.append(f"{r.collective:<15}{format_bytes(r.nbytes):>9}{format_seconds(r.best):>11}"
+                     f"{format_seconds(r.seconds):>11}{format_seconds(slowest):>11}")
+        rates.append(f"{r.collective:<15}{format_bytes(r.nbytes):>9}"
                      f"{format_rate(r.algbw):>14}{format_rate(r.busbw):>14}{ratio:>12}")
-    return "\n".join(lines)
+    return "\n".join(times + [""] + rates)
 
 
 def report(world_size: int = 4, repeats: int = 5, sizes=SIZES, collectives=COLLECTIVES) -> list[Timing]:
     """Measure and print the table; return the rows."""
     rows = measure_collectives(world_size, sizes, collectives, repeats)
-    print(f"collectives on {world_size} gloo ranks, {repeats} repeats each: the fastest, median and slowest; "
-          f"algbw and busbw of the median; busbw/link: the fastest repeat's busbw over the fastest send_recv's")
+    print(f"collectives on {world_size} gloo ranks, {repeats} repeats each: the fastest, median and\n"
+          f"slowest; algbw and busbw of the median; busbw/link: the fastest repeat's busbw\n"
+          f"over the fastest send_recv's")
     print(table(rows))
     return rows
 
