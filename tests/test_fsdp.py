@@ -14,16 +14,14 @@ from torch import nn
 
 import ddp_lab
 from ddp_lab.cost import collective_time, scaling
+from ddp_lab.cost.fsdp import fsdp_tokens_to_hide, layer_all_gather_seconds, layer_forward_seconds
+from ddp_lab.cost.ring_bytes import ring_bytes
 from ddp_lab.data_parallel.fsdp import (
-    Collective,
     StepRecord,
-    fsdp_tokens_to_hide,
-    layer_all_gather_seconds,
-    layer_forward_seconds,
+    TracedCollective,
     measure_step,
     parameter_shards,
     read_trace,
-    ring_bytes,
     shard_per_layer,
     traffic,
 )
@@ -160,9 +158,9 @@ def test_ring_bytes_are_exact_and_refuse_what_is_not_a_ring_collective():
             ring_bytes("all_gather", nbytes, 2)
     with pytest.raises(ValueError, match="world_size must be a positive int"):
         ring_bytes("all_gather", 8, 0)
-    with pytest.raises(TypeError, match="expected Collective"):
+    with pytest.raises(TypeError, match="expected TracedCollective"):
         traffic([("all_gather", 8)], 2)
-    rows = traffic([Collective("all_gather", 8, 0.0, 1.0), Collective("all_gather", 4, 1.0, 2.0)], 2)
+    rows = traffic([TracedCollective("all_gather", 8, 0.0, 1.0), TracedCollective("all_gather", 4, 1.0, 2.0)], 2)
     assert (rows["all_gather"].count, rows["all_gather"].tensor_bytes, rows["all_gather"].ring_bytes) == (2, 12, 6)
 
 

@@ -7,7 +7,7 @@ import torch.distributed as dist
 import ddp_lab
 from ddp_lab import cost
 from ddp_lab.collectives.parameter_server import (
-    Traffic,
+    RankTraffic,
     all_reduce_average,
     parameter_server_average,
     parameter_server_traffic,
@@ -34,8 +34,8 @@ def test_same_average_as_all_reduce(world_size, root):
 
 def test_the_server_carries_w_minus_1_times_the_traffic():
     traffic = parameter_server_traffic(1000, 4)
-    assert traffic[0] == Traffic(0, sent=3000, received=3000)
-    assert traffic[1:] == [Traffic(r, 1000, 1000) for r in (1, 2, 3)]
+    assert traffic[0] == RankTraffic(0, sent=3000, received=3000)
+    assert traffic[1:] == [RankTraffic(r, 1000, 1000) for r in (1, 2, 3)]
     # a ring all-reduce sends 2(W-1)/W of the tensor from every rank
     assert cost.bytes_sent_per_rank("all_reduce", 1000, 4) == 1500
     assert max(t.sent for t in traffic) / cost.bytes_sent_per_rank("all_reduce", 1000, 4) == 2

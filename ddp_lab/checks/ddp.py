@@ -23,8 +23,9 @@ On real gloo ranks (2 by default), each rank builds the same MLP from a
 ``torch.nn.parallel.DistributedDataParallel``, and trains both for a few SGD
 steps on rank-specific batches. After wrapping, after each backward pass and
 after each step, the reader's parameters and gradients are compared with
-torch's. Every collective the reader's code issues is recorded (a
-``TorchDispatchMode`` sees each ``c10d`` operation with its tensors), so the
+torch's. Every collective the reader's code issues is recorded
+(``ddp_lab.collectives.recorder``: a ``TorchDispatchMode`` sees each
+``c10d`` operation with its tensors), so the
 checker also knows how many all-reduces ran, how large they were, and
 whether they ran during the backward pass or after it.
 
@@ -62,7 +63,6 @@ import torch
 
 from ddp_lab.checks.harness import (
     YourCodeExited,
-    collective_recorder,
     exit_mistake,
     first_line,
     launch_checked,
@@ -73,6 +73,7 @@ from ddp_lab.checks.harness import (
 )
 from ddp_lab.checks.result import CheckResult, Mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
+from ddp_lab.collectives.recorder import CollectiveLog, record_collectives
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
 from ddp_lab.validate import check_positive_int, is_int, is_number
 
@@ -113,7 +114,7 @@ class _Observations:
     start_difference: float = 0.0  # the largest |weight - rank 0's weight| after wrapping
     ready_order: list = field(default_factory=list)  # parameter names, in the order backward made them ready
     steps: list = field(default_factory=list)  # per step: {"gradients": {name: kind}, "weights_ok": bool}
-    collectives: list = field(default_factory=list)  # per step: [(op, phase, numel, bytes)]
+    collectives: list = field(default_factory=list)  # per step: its Collective records
 
 
 # ------------------------------------------------------------------ the rank side
@@ -168,12 +169,12 @@ def _run_on_rank(make_ddp, bucket_cap_mb, steps, model="mlp"):
     plain = copy.deepcopy(base)  # for each rank's own, unsynchronised gradient
     for name, p in plain.named_parameters():  # the order this rank's backward makes gradients ready
         p.register_post_accumulate_grad_hook(lambda p, name=name: seen.ready_order.append(name))
-    recorder = collective_recorder()
+    log = CollectiveLog()
 
     stage = "building your wrapper"
     try:
-        with recorder:
-            recorder.phase = "construction"
+        with record_collectives(log):
+            log.phase = "construction"
             wrapped = make_ddp(theirs) if bucket_cap_mb is None else make_ddp(theirs, bucket_cap_mb=bucket_cap_mb)
         seen.start_differs = [n for n, a, b in zip(names, theirs.parameters(), torch_ddp.module.parameters())
                               if not torch.equal(a, b)]
@@ -193,16 +194,16 @@ def _run_on_rank(make_ddp, bucket_cap_mb, steps, model="mlp"):
             F.cross_entropy(plain(x), y).backward()
 
             theirs.zero_grad(set_to_none=True)
-            recorder.calls = []
+            log.calls = []
             stage = f"step {step + 1}: forward through your wrapper"
             output = wrapped(x)
             stage = f"step {step + 1}: backward"
-            with recorder:
-                recorder.phase = "backward"
+            with record_collectives(log):
+                log.phase = "backward"
                 F.cross_entropy(output, y).backward()
                 if callable(finish):
                     stage = f"step {step + 1}: finish_gradient_synchronization()"
-                    recorder.phase = "after backward"
+                    log.phase = "after backward"
                     finish()
             stage = f"step {step + 1}: comparing"
             kinds = {name: _classify(p.grad, q.grad, r.grad, world_size)
@@ -212,7 +213,7 @@ def _run_on_rank(make_ddp, bucket_cap_mb, steps, model="mlp"):
             _sgd_step(torch_ddp.module)
             weights_ok = all(_close(p, q) for p, q in zip(theirs.parameters(), torch_ddp.module.parameters()))
             seen.steps.append({"gradients": kinds, "weights_ok": weights_ok})
-            seen.collectives.append(list(recorder.calls))
+            seen.collectives.append(list(log.calls))
     except Exception as error:  # the reader's code: report it, never crash the check
         seen.error = error_in_your_code(error)
         seen.error_stage = stage
@@ -453,7 +454,7 @@ def _communication_mistakes(ranks, bucket_cap_mb):
     """Counts and sizes of the all-reduces, and when they ran."""
     seen = ranks[0]
     parameters = len(seen.parameter_names)
-    calls = [[c for c in step if c[0].startswith("allreduce")] for step in seen.collectives]
+    calls = [[c for c in step if c.name == "all_reduce"] for step in seen.collectives]
     counts = sorted({len(step) for step in calls})
     count = counts[-1]
     mistakes = []
@@ -461,7 +462,7 @@ def _communication_mistakes(ranks, bucket_cap_mb):
         return [Mistake("communication", "no_all_reduce",
                         "no all-reduce ran during or right after backward(): register a hook on every "
                         "parameter (p.register_post_accumulate_grad_hook) that all-reduces its gradient")]
-    during = [sum(c[1] == "backward" for c in step) for step in calls]
+    during = [sum(c.phase == "backward" for c in step) for step in calls]
     if max(during) == 0:
         mistakes.append(Mistake("communication", "after_backward",
                                 "every all-reduce ran after the backward pass (in "
@@ -483,7 +484,7 @@ def _communication_mistakes(ranks, bucket_cap_mb):
                                 f"per parameter, the naive version. Group the gradients into buckets of about "
                                 f"bucket_cap_mb = {bucket_cap_mb:g} MB ({cap:.0f} bytes) and all-reduce each "
                                 f"bucket once; torch's rule would give {_torch_buckets(seen.parameter_bytes, cap)}"))
-    oversized = [nbytes for step in calls for (_, _, _, nbytes) in step if nbytes > cap + largest]
+    oversized = [c.nbytes for step in calls for c in step if c.nbytes > cap + largest]
     if oversized:
         mistakes.append(Mistake("communication", "oversized",
                                 f"an all-reduce of {max(oversized)} bytes, more than bucket_cap_mb = "

@@ -1,4 +1,4 @@
-"""What every lab checker shares: the launch, the sandbox in the ranks, the record of collectives.
+"""What every lab checker shares: the launch, the sandbox in the ranks, the comparison of tensors.
 
 A checker (Labs 2 to 6) runs the reader's code on real ranks and turns what
 happened into a ``CheckResult``; it never raises on a wrong answer. The
@@ -14,24 +14,25 @@ pieces they share live here, once:
 - ``point_to_point_only``: inside a rank, switch off the collectives the
   exercise must build from send/recv (Labs 2 and 3), each refusal worded by
   the checker, and optionally record every message sent;
-- ``collective_recorder``: inside a rank, write down every c10d operation
-  the reader's code issues, with its size (Labs 4 and 6);
 - ``close_elements``, ``same_values`` and ``show_values``: in the notebook,
   compare the reader's tensors with the expected ones, and quote them in a
   mistake's message (Labs 2 to 4 and 6).
+
+Which collectives the reader's code issued, with their sizes (Labs 4 and 6),
+is written down by the package's one recorder,
+``ddp_lab.collectives.recorder.record_collectives``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import NamedTuple
 
 from ddp_lab.checks.result import Mistake
 from ddp_lab.launcher.api import launch
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
 
-__all__ = ["FORBIDDEN", "CollectiveCall", "YourCodeExited", "launch_checked", "exit_mistake", "stuck_ranks", "still_computing", "first_line",
-           "point_to_point_only", "collective_recorder", "close_elements", "same_values", "show_values"]
+__all__ = ["FORBIDDEN", "YourCodeExited", "launch_checked", "exit_mistake", "stuck_ranks", "still_computing", "first_line",
+           "point_to_point_only", "close_elements", "same_values", "show_values"]
 
 # The collectives that move data: switched off where the exercise is to build one.
 FORBIDDEN = ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_reduce",
@@ -208,44 +209,6 @@ def point_to_point_only(refusal, *, record_sends=False):
         group_class.send = original_send
         for name, original in saved.items():
             setattr(dist, name, original)
-
-
-class CollectiveCall(NamedTuple):
-    """One c10d operation: its name (``allreduce``), when it ran, its elements and bytes."""
-
-    name: str
-    phase: str
-    numel: int
-    nbytes: int
-
-
-def collective_recorder():
-    """A ``TorchDispatchMode`` that appends a ``CollectiveCall`` to ``.calls`` for every c10d operation.
-
-    Set ``.phase`` to say when the calls happen ("backward", "construction").
-    Built when called, so that importing the checkers imports no torch.
-    """
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class CollectiveRecorder(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.phase = ""
-            self.calls = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = str(func)
-            if name.startswith("c10d."):
-                first = args[0] if args else None
-                tensors = [t for t in (first if isinstance(first, (list, tuple)) else [first])
-                           if isinstance(t, torch.Tensor)]
-                self.calls.append(CollectiveCall(name.split(".")[1].strip("_"), self.phase,
-                                                 sum(t.numel() for t in tensors),
-                                                 sum(t.numel() * t.element_size() for t in tensors)))
-            return func(*args, **(kwargs or {}))
-
-    return CollectiveRecorder()
 
 
 # ------------------------------------------------------- comparing tensors, quoting them

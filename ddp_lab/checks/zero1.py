@@ -41,7 +41,6 @@ import torch
 
 from ddp_lab.checks.harness import (
     YourCodeExited,
-    collective_recorder,
     exit_mistake,
     first_line,
     launch_checked,
@@ -50,6 +49,7 @@ from ddp_lab.checks.harness import (
 )
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
+from ddp_lab.collectives.recorder import CollectiveLog, record_collectives
 from ddp_lab.launcher.errors import RankDied, RanksTimedOut
 from ddp_lab.validate import check_positive_int, is_int
 
@@ -73,7 +73,7 @@ class _Step:
     state: str  # a key of STATE_MESSAGES, or "ok"
     state_numel: int
     other_shard: int | None
-    collectives: list  # the CollectiveCalls step() issued
+    collectives: list  # the Collective records of what step() issued
 
 
 @dataclass
@@ -104,7 +104,7 @@ def _run_on_rank(make_optimizer, steps, lr):
     numel = sum(p.numel() for p in model.parameters())
     report = _RankReport(rank, world_size, numel, -(-numel // world_size))
     reference_optimizer = torch.optim.Adam(ddp_copy.parameters(), lr=lr)
-    recorder = collective_recorder()
+    log = CollectiveLog()
     generator = torch.Generator().manual_seed(1000 + rank)  # each rank its own batches
     stage = "building your optimizer: MyZeRO1(params, lr)"
     try:
@@ -120,14 +120,14 @@ def _run_on_rank(make_optimizer, steps, lr):
             local_gradient = _flat(p.grad for p in theirs.parameters())
             before = _flat(theirs.parameters())
             stage = f"step {step + 1}: your step()"
-            recorder.calls = []
-            with recorder:
+            log.calls = []
+            with record_collectives(log):
                 optimizer.step()
             stage = f"step {step + 1}: comparing"
             kind, state_numel, other = _classify_state(optimizer, report, reference_optimizer,
                                                        previous_moment, local_gradient)
             report.steps.append(_Step(before, _flat(theirs.parameters()), _flat(ddp_copy.parameters()),
-                                      kind, state_numel, other, list(recorder.calls)))
+                                      kind, state_numel, other, list(log.calls)))
     except Exception as error:  # the reader's code: report it, never crash the check
         report.error, report.error_stage = error_in_your_code(error), stage
     return report
@@ -401,8 +401,8 @@ def _communication_mistakes(reports):
         return [Mistake("communication", "no_collective",
                         "step() ran no collective: ZeRO-1 reduce-scatters the flat gradient "
                         "(reduce_scatter_single) and all-gathers the updated shards (all_gather_single)")]
-    reduced = any(op.startswith("reduce_scatter") for op in calls)
-    full_all_reduce = any(call.name.startswith("allreduce") and call.numel >= report.numel
+    reduced = "reduce_scatter" in calls
+    full_all_reduce = any(call.name == "all_reduce" and call.numel >= report.numel
                           for step in report.steps for call in step.collectives)
     if full_all_reduce and not reduced:
         return [Mistake("communication", "all_reduce",

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["Traffic", "parameter_server_average", "parameter_server_traffic", "all_reduce_average"]
+__all__ = ["RankTraffic", "parameter_server_average", "parameter_server_traffic", "all_reduce_average"]
 
 
 @dataclass(frozen=True)
-class Traffic:
+class RankTraffic:
     """Bytes one rank sent and received during one operation."""
 
     rank: int
@@ -37,7 +37,7 @@ class Traffic:
     received: int
 
 
-def parameter_server_average(tensor: torch.Tensor, root: int = 0) -> Traffic:
+def parameter_server_average(tensor: torch.Tensor, root: int = 0) -> RankTraffic:
     """Replace ``tensor`` on every rank by the average over the ranks, in place.
 
     The workers send their tensor to ``root`` (the server), which sums them in
@@ -51,7 +51,7 @@ def parameter_server_average(tensor: torch.Tensor, root: int = 0) -> Traffic:
     if rank != root:
         dist.send(tensor, dst=root)     # 1. my tensor to the server
         dist.recv(tensor, src=root)     # 3. the average back
-        return Traffic(rank, sent=nbytes, received=nbytes)
+        return RankTraffic(rank, sent=nbytes, received=nbytes)
 
     total = tensor.clone()
     incoming = torch.empty_like(tensor)
@@ -64,15 +64,15 @@ def parameter_server_average(tensor: torch.Tensor, root: int = 0) -> Traffic:
         if worker != root:
             dist.send(tensor, dst=worker)
     others = world_size - 1
-    return Traffic(rank, sent=others * nbytes, received=others * nbytes)
+    return RankTraffic(rank, sent=others * nbytes, received=others * nbytes)
 
 
-def parameter_server_traffic(nbytes: int, world_size: int, root: int = 0) -> list[Traffic]:
+def parameter_server_traffic(nbytes: int, world_size: int, root: int = 0) -> list[RankTraffic]:
     """The traffic of :func:`parameter_server_average`, per rank, without running it."""
     if not 0 <= root < world_size:
         raise ValueError(f"root must be a rank from 0 to {world_size - 1}, got {root!r}")
     others = world_size - 1
-    return [Traffic(r, others * nbytes, others * nbytes) if r == root else Traffic(r, nbytes, nbytes)
+    return [RankTraffic(r, others * nbytes, others * nbytes) if r == root else RankTraffic(r, nbytes, nbytes)
             for r in range(world_size)]
 
 

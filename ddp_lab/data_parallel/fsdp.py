@@ -37,14 +37,15 @@ its backward. This module measures all of it inside ranks started by
 
   The operator and marker names are what torch 2.13 writes into its traces,
   not a promised interface: a later torch may rename them.
-* **bytes on the wire**: :func:`ring_bytes` is what each rank sends for one
-  collective by the ring algorithm's count (Chapter 6): ``2(W-1)/W`` of the
-  tensor for an all-reduce, ``(W-1)/W`` for an all-gather or a
-  reduce-scatter, as an exact fraction; :func:`traffic` sums a step.
-* **cost**: when FSDP becomes communication-bound, in the alpha-beta model
-  of ``ddp_lab.cost``: the all-gather of the next layer must fit in the
-  forward compute of this one, :func:`fsdp_tokens_to_hide`, beside Chapter
-  12b's ``ddp_lab.cost.scaling.tokens_to_hide`` for DDP.
+* **bytes on the wire**: :func:`traffic` sums a step's collectives by kind,
+  with what each rank sends by the ring algorithm's count (Chapter 6),
+  ``ddp_lab.cost.ring_bytes.ring_bytes``: ``2(W-1)/W`` of the tensor for an
+  all-reduce, ``(W-1)/W`` for an all-gather or a reduce-scatter, as an exact
+  fraction.
+
+When FSDP becomes communication-bound is arithmetic, with no rank started:
+``ddp_lab.cost.fsdp`` (``fsdp_tokens_to_hide``, beside Chapter 12b's
+``ddp_lab.cost.scaling.tokens_to_hide`` for DDP).
 """
 
 from __future__ import annotations
@@ -61,19 +62,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ddp_lab.cost import collective_time, ring_steps
-from ddp_lab.validate import (
-    check_int_at_least,
-    check_non_negative_number,
-    check_positive_int,
-    check_positive_number,
-    is_int,
-)
+from ddp_lab.cost.fsdp import fsdp_tokens_to_hide as fsdp_tokens_to_hide  # cited by Chapter 15b's text here
+from ddp_lab.cost.ring_bytes import ring_bytes
+from ddp_lab.validate import check_int_at_least, check_positive_int
 
-__all__ = ["ParameterShard", "HeldBytes", "RegisteredParameters", "Collective", "Span", "StepRecord",
+__all__ = ["ParameterShard", "HeldBytes", "RegisteredParameters", "TracedCollective", "Span", "StepRecord",
            "Traffic", "shard_per_layer", "local_tensor", "parameter_shards", "held_bytes", "registered_parameters",
-           "measure_step", "read_trace", "ring_bytes", "traffic", "layer_all_gather_seconds", "layer_forward_seconds",
-           "fsdp_tokens_to_hide"]
+           "measure_step", "read_trace", "traffic"]
 
 PHASES = ("forward", "backward", "optimizer.step")  # record_function markers around one step
 
@@ -82,7 +77,6 @@ PHASES = ("forward", "backward", "optimizer.step")  # record_function markers ar
 # all-gather's output (argument 0), the reduce-scatter's input (argument 1).
 C10D_OPS = {"c10d::allreduce_": ("all_reduce", 0), "c10d::_allgather_base_": ("all_gather", 0),
             "c10d::_reduce_scatter_base_": ("reduce_scatter", 1), "c10d::broadcast_": ("broadcast", 0)}
-RING_CHUNKS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")  # the ops ring_bytes prices
 GLOO_PREFIX = "gloo:"  # gloo's worker threads mark each collective they run: gloo:all_gather, ...
 ELEMENT_SIZES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "int": 4, "long int": 8,
                  "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1}
@@ -255,10 +249,13 @@ def registered_parameters(model: nn.Module) -> RegisteredParameters:
 
 
 @dataclass(frozen=True)
-class Collective:
-    """One collective: which, on how many bytes, when, and for which FSDP unit.
+class TracedCollective:
+    """One collective as a profiler trace shows it: which, on how many bytes, when, for which FSDP unit.
 
-    ``nbytes`` is the full tensor: the all-reduce's tensor, the all-gather's
+    Read from a trace after the step, with times: what the training thread
+    issued, or what gloo's threads ran (``StepRecord.issued``, ``.executed``).
+    ``ddp_lab.collectives.recorder.Collective`` is the record of one made at
+    dispatch, while the code runs, with no times. ``nbytes`` is the full tensor: the all-reduce's tensor, the all-gather's
     output, the reduce-scatter's input. ``start`` and ``end`` in seconds
     after the step's forward began. ``layer`` names the FSDP unit it served
     (empty without FSDP); ``prefetched`` says it was issued by another
@@ -448,11 +445,11 @@ def _collectives(main, workers, world_size, seconds):
             size = _sized(ran[index][0], ran[index][1], 0, world_size)[1]
         if size is None:
             raise ValueError(f"{event['name']} names no dtype, and gloo recorded no collective to take it from")
-        issued.append(Collective(op, numel * size, *seconds(event), *_unit_of(event, main)))
+        issued.append(TracedCollective(op, numel * size, *seconds(event), *_unit_of(event, main)))
     for index, (event, op) in enumerate(ran):
         numel, size = _sized(event, op, 0, world_size)
-        call = issued[index] if index < len(issued) else Collective(op, 0, 0.0, 0.0)
-        executed.append(Collective(op, numel * (size or 0), *seconds(event), call.layer, call.prefetched))
+        call = issued[index] if index < len(issued) else TracedCollective(op, 0, 0.0, 0.0)
+        executed.append(TracedCollective(op, numel * (size or 0), *seconds(event), call.layer, call.prefetched))
     return issued, executed
 
 
@@ -497,84 +494,18 @@ class Traffic:
     ring_bytes: Fraction
 
 
-def ring_bytes(op: str, nbytes: int, world_size: int) -> Fraction:
-    """Bytes each rank sends for one collective on a tensor of ``nbytes``, by the ring's count (exact).
-
-    A ring collective over W ranks cuts the tensor in W chunks and runs
-    ``ring_steps(op, W)`` steps, each rank sending one chunk per step
-    (Chapter 6): ``2(W-1)`` chunks for an all-reduce, ``W-1`` for an
-    all-gather (of its output) or a reduce-scatter (of its input). A
-    broadcast along a pipelined chain sends the whole tensor once. These are
-    ``ddp_lab.cost.bus_factor``'s factors, kept as fractions so that the
-    bytes stay exact integers where W divides them.
-    """
-    if op not in RING_CHUNKS:
-        raise ValueError(f"op must be one of {', '.join(map(repr, RING_CHUNKS))}; got {op!r}")
-    if not is_int(nbytes) or nbytes < 0:
-        raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")
-    check_positive_int("world_size", world_size)
-    if op == "broadcast":
-        return Fraction(nbytes)
-    return Fraction(ring_steps(op, world_size) * nbytes, world_size)
-
-
 def traffic(collectives, world_size: int) -> dict[str, Traffic]:
-    """Count, tensor bytes and ring bytes per kind of collective, in the order they first appear."""
+    """Count, tensor bytes and ring bytes per kind of collective, in the order they first appear.
+
+    ``collectives`` are ``TracedCollective`` records (``StepRecord.issued``
+    or ``.executed``); the ring bytes are ``ddp_lab.cost.ring_bytes.ring_bytes``'s.
+    """
     check_positive_int("world_size", world_size)
     rows = {}
     for c in collectives:
-        if not isinstance(c, Collective):
-            raise TypeError(f"expected Collective records (StepRecord.issued or .executed), got {type(c).__name__}")
+        if not isinstance(c, TracedCollective):
+            raise TypeError(f"expected TracedCollective records (StepRecord.issued or .executed), "
+                            f"got {type(c).__name__}")
         count, nbytes, sent = rows.get(c.op, (0, 0, Fraction(0)))
         rows[c.op] = (count + 1, nbytes + c.nbytes, sent + ring_bytes(c.op, c.nbytes, world_size))
     return {op: Traffic(op, *row) for op, row in rows.items()}
-
-
-# ------------------------------------------------------------------ when FSDP is communication-bound
-
-
-def layer_all_gather_seconds(layer_bytes: float, world_size: int, latency: float, bandwidth: float) -> float:
-    """One layer's all-gather in the alpha-beta model: ``(W-1) latency + (W-1)/W x bytes / bandwidth``.
-
-    ``latency`` in seconds (finite, 0 or more), ``bandwidth`` in bytes/s
-    (finite, above 0); a bool, nan or inf is refused.
-    """
-    check_positive_number("layer_bytes", layer_bytes, "bytes")
-    check_positive_int("world_size", world_size)
-    check_non_negative_number("latency", latency, "seconds")
-    check_positive_number("bandwidth", bandwidth, "bytes/s")
-    return collective_time("all_gather", layer_bytes, world_size, latency, bandwidth)
-
-
-def layer_forward_seconds(layer_parameters: float, tokens: float, flops: float, utilisation: float = 1.0) -> float:
-    """One layer's forward pass on ``tokens`` tokens: ``2 x parameters x tokens / (flops x utilisation)``."""
-    check_positive_number("layer_parameters", layer_parameters)
-    check_positive_number("tokens", tokens)
-    check_positive_number("flops", flops, "FLOP/s")
-    _check_utilisation(utilisation)
-    return 2 * layer_parameters * tokens / (flops * utilisation)
-
-
-def fsdp_tokens_to_hide(layer_parameters: float, bytes_per_parameter: float, world_size: int, latency: float,
-                        bandwidth: float, flops: float, utilisation: float = 1.0) -> float:
-    """Tokens per rank below which FSDP is communication-bound: the next all-gather outlasts this layer's forward.
-
-    FSDP hides the all-gather of layer l+1 behind the forward compute of
-    layer l, so with equal layers of ``P_l`` parameters it keeps up while
-    ``t_all_gather(P_l b) <= 2 P_l T / F``; equality gives
-    ``T* = t_all_gather x F / (2 P_l)``, that is
-    ``(W-1)/W x F b / (2 beta) + (W-1) alpha F / (2 P_l)``. In backward the
-    all-gather and the reduce-scatter (the same bytes) share a compute
-    twice as long, so the condition is the same.
-    """
-    check_positive_number("layer_parameters", layer_parameters)
-    check_positive_number("bytes_per_parameter", bytes_per_parameter, "bytes")
-    _check_utilisation(utilisation)
-    check_positive_number("flops", flops, "FLOP/s")
-    all_gather = layer_all_gather_seconds(layer_parameters * bytes_per_parameter, world_size, latency, bandwidth)
-    return all_gather * flops * utilisation / (2 * layer_parameters)
-
-
-def _check_utilisation(utilisation):
-    if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
-        raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")

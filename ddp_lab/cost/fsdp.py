@@ -1,0 +1,68 @@
+"""When FSDP becomes communication-bound, in the alpha-beta model (Chapter 15b).
+
+FSDP all-gathers each layer's parameters just before the layer runs, and
+hides that all-gather behind the compute of the layer before it. With equal
+layers of ``P_l`` parameters it keeps up while one layer's all-gather takes
+no longer than one layer's forward pass: :func:`layer_all_gather_seconds`
+against :func:`layer_forward_seconds`. :func:`fsdp_tokens_to_hide` solves for
+the tokens per rank at which the two are equal, beside Chapter 12b's
+``ddp_lab.cost.scaling.tokens_to_hide`` for DDP.
+
+Arithmetic only, no torch: the all-gather's time is
+``ddp_lab.cost.collective_time``. What FSDP really issues in a step is
+measured by ``ddp_lab.data_parallel.fsdp``.
+"""
+
+from __future__ import annotations
+
+from ddp_lab.cost.alpha_beta import collective_time
+from ddp_lab.validate import check_non_negative_number, check_positive_int, check_positive_number
+
+__all__ = ["layer_all_gather_seconds", "layer_forward_seconds", "fsdp_tokens_to_hide"]
+
+
+def layer_all_gather_seconds(layer_bytes: float, world_size: int, latency: float, bandwidth: float) -> float:
+    """One layer's all-gather in the alpha-beta model: ``(W-1) latency + (W-1)/W x bytes / bandwidth``.
+
+    ``latency`` in seconds (finite, 0 or more), ``bandwidth`` in bytes/s
+    (finite, above 0); a bool, nan or inf is refused.
+    """
+    check_positive_number("layer_bytes", layer_bytes, "bytes")
+    check_positive_int("world_size", world_size)
+    check_non_negative_number("latency", latency, "seconds")
+    check_positive_number("bandwidth", bandwidth, "bytes/s")
+    return collective_time("all_gather", layer_bytes, world_size, latency, bandwidth)
+
+
+def layer_forward_seconds(layer_parameters: float, tokens: float, flops: float, utilisation: float = 1.0) -> float:
+    """One layer's forward pass on ``tokens`` tokens: ``2 x parameters x tokens / (flops x utilisation)``."""
+    check_positive_number("layer_parameters", layer_parameters)
+    check_positive_number("tokens", tokens)
+    check_positive_number("flops", flops, "FLOP/s")
+    _check_utilisation(utilisation)
+    return 2 * layer_parameters * tokens / (flops * utilisation)
+
+
+def fsdp_tokens_to_hide(layer_parameters: float, bytes_per_parameter: float, world_size: int, latency: float,
+                        bandwidth: float, flops: float, utilisation: float = 1.0) -> float:
+    """Tokens per rank below which FSDP is communication-bound: the next all-gather outlasts this layer's forward.
+
+    FSDP hides the all-gather of layer l+1 behind the forward compute of
+    layer l, so with equal layers of ``P_l`` parameters it keeps up while
+    ``t_all_gather(P_l b) <= 2 P_l T / F``; equality gives
+    ``T* = t_all_gather x F / (2 P_l)``, that is
+    ``(W-1)/W x F b / (2 beta) + (W-1) alpha F / (2 P_l)``. In backward the
+    all-gather and the reduce-scatter (the same bytes) share a compute
+    twice as long, so the condition is the same.
+    """
+    check_positive_number("layer_parameters", layer_parameters)
+    check_positive_number("bytes_per_parameter", bytes_per_parameter, "bytes")
+    _check_utilisation(utilisation)
+    check_positive_number("flops", flops, "FLOP/s")
+    all_gather = layer_all_gather_seconds(layer_parameters * bytes_per_parameter, world_size, latency, bandwidth)
+    return all_gather * flops * utilisation / (2 * layer_parameters)
+
+
+def _check_utilisation(utilisation):
+    if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
+        raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
