@@ -18,11 +18,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tests"))
-from machine_turns import TIMING_TAG, Turns  # noqa: E402  (standard library only)
-from recorded_durations import FILE_DURATIONS, longest_first  # noqa: E402  (standard library only)
+from plumbing.machine_turns import TIMING_TAG, Turns  # noqa: E402  (standard library only)
+from plumbing.recorded_durations import FILE_DURATIONS, longest_first  # noqa: E402  (standard library only)
 
-# nbval's kernels listen on Unix sockets, not on TCP ports (tests/nbval_unix_sockets.py).
-pytest_plugins = ["nbval_unix_sockets"]
+# nbval's kernels listen on Unix sockets, not on TCP ports (tests/plumbing/nbval_unix_sockets.py).
+pytest_plugins = ["plumbing.nbval_unix_sockets"]
 
 # Many tests play a reader pressing Ctrl-C (SIGINT, which Python turns into
 # KeyboardInterrupt). Python installs that handler at startup only "if the

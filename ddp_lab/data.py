@@ -19,12 +19,11 @@ the caller is left alone.
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch.utils.data import TensorDataset
 
-from ddp_lab.validate import check_positive_int
+from ddp_lab.validate import check_non_negative_number, check_positive_int
 
 __all__ = ["spirals", "split", "global_batches"]
 
@@ -43,8 +42,7 @@ def spirals(samples: int = 600, *, classes: int = 3, turns: float = 1.0,
     check_positive_int("classes", classes)
     if classes < 2:
         raise ValueError(f"classes must be at least 2 (one arm per class), got {classes}")
-    if not isinstance(noise, numbers.Real) or noise < 0:
-        raise ValueError(f"noise must be a number >= 0, got {noise!r}")
+    check_non_negative_number("noise", noise)
     generator = torch.Generator().manual_seed(seed)
     labels = torch.arange(samples) % classes
     radius = torch.rand(samples, generator=generator) * 0.95 + 0.05

@@ -20,17 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from ddp_lab.validate import is_int
+from ddp_lab.validate import check_whole_number
 
 __all__ = ["devices_for", "device_for"]
-
-
-def _require_int(name: str, value: object, minimum: int) -> None:
-    """Raise ValueError unless ``value`` is an int (not a bool) >= ``minimum``."""
-    if not is_int(value):
-        raise ValueError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
 
 
 def devices_for(
@@ -59,8 +51,8 @@ def devices_for(
     have raises a ValueError now, instead of an "invalid device ordinal"
     error later. Note that ``CUDA_VISIBLE_DEVICES`` renumbers GPUs from 0.
     """
-    _require_int("local_rank", local_rank, minimum=0)
-    _require_int("gpus_per_process", gpus_per_process, minimum=1)
+    check_whole_number("local_rank", local_rank, minimum=0)
+    check_whole_number("gpus_per_process", gpus_per_process)
     if cuda_available is None:
         cuda_available = torch.cuda.is_available()
         if cuda_available and gpu_count is None:

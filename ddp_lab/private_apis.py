@@ -119,15 +119,16 @@ PRIVATE_APIS = (
         "dump gloo's record (Chapter 13b). The dump's layout (pg_config, entries) is read too.", TORCH),
     PrivateAPI(
         "torch.utils._python_dispatch.TorchDispatchMode",
-        ("ddp_lab/checks/harness.py", "ddp_lab/model_parallel/traffic.py"),
-        "Sees every c10d operation a rank issues, with its tensors: Labs 4 and 6 check which "
-        "collectives the reader's code runs, and Part V counts the bytes of FSDP2's and tensor "
-        "parallelism's collectives (model_parallel/traffic.py). The documented way to intercept "
+        ("ddp_lab/collectives/recorder.py",),
+        "Sees every c10d operation a rank issues, with its tensors: the package's one recorder of "
+        "collectives, with which Labs 4 and 6 check which collectives the reader's code runs and "
+        "Chapter 15d counts the bytes of tensor parallelism's. The documented way to intercept "
         "operators, in a private module.", TORCH),
     PrivateAPI(
-        "torch.ops.c10d", ("ddp_lab/checks/harness.py",),
+        "torch.ops.c10d", ("ddp_lab/collectives/recorder.py",),
         "Under a dispatch mode, collectives are operators of the c10d namespace (c10d.allreduce_, "
-        "c10d.broadcast_, ...): the recorder of Labs 4 and 6 tells them by that name.", TORCH),
+        "c10d.broadcast_, ...): the recorder of Labs 4 and 6 and Chapter 15d tells them by that name.",
+        TORCH),
     PrivateAPI(
         "torch.distributed.ProcessGroup.send", ("ddp_lab/checks/harness.py",),
         "Every point-to-point send (dist.send, isend, a P2POp, group.send) ends in this method of the "
@@ -268,47 +269,47 @@ PRIVATE_APIS = (
         CLOUDPICKLE),
     # ------------------------------------------------ jupyter_client (the tests)
     PrivateAPI(
-        "jupyter_client.manager.KernelManager._async_pre_start_kernel", ("tests/unix_socket_kernels.py",),
+        "jupyter_client.manager.KernelManager._async_pre_start_kernel", ("tests/plumbing/unix_socket_kernels.py",),
         "Overridden to switch a kernel to the ipc transport, in a folder of its own, before the "
         "connection file is written: no other process can take its ports.", JUPYTER_CLIENT),
     PrivateAPI(
-        "jupyter_client.manager.KernelManager._async_cleanup_resources", ("tests/unix_socket_kernels.py",),
+        "jupyter_client.manager.KernelManager._async_cleanup_resources", ("tests/plumbing/unix_socket_kernels.py",),
         "Overridden to remove that folder when the kernel is shut down.", JUPYTER_CLIENT),
     # ----------------------------------------------------------- nbval (the tests)
     PrivateAPI(
-        "nbval.plugin.IPyNbFile.setup", ("tests/nbval_unix_sockets.py",),
+        "nbval.plugin.IPyNbFile.setup", ("tests/plumbing/nbval_unix_sockets.py",),
         "Replaced by nbval's own steps with another kernel: the notebook's kernel on Unix sockets.",
         NBVAL),
     PrivateAPI(
-        "nbval.plugin.IPyNbFile.setup_sanitize_files", ("tests/nbval_unix_sockets.py",),
+        "nbval.plugin.IPyNbFile.setup_sanitize_files", ("tests/plumbing/nbval_unix_sockets.py",),
         "One of nbval's setup steps, called as nbval calls it.", NBVAL),
     PrivateAPI(
-        "nbval.plugin.IPyNbFile.nb", ("tests/nbval_unix_sockets.py",),
+        "nbval.plugin.IPyNbFile.nb", ("tests/plumbing/nbval_unix_sockets.py",),
         "The notebook nbval read: its kernelspec names the kernel.", NBVAL, on_instances=True),
     PrivateAPI(
-        "nbval.plugin.IPyNbFile.kernel", ("tests/nbval_unix_sockets.py",),
+        "nbval.plugin.IPyNbFile.kernel", ("tests/plumbing/nbval_unix_sockets.py",),
         "Where nbval's cells find their kernel.", NBVAL, on_instances=True),
     PrivateAPI(
         "nbval.plugin.IPyNbCell.cell", ("conftest.py",),
         "The notebook cell of a test item: its tags say whether it measures time and must have the "
         "machine alone.", NBVAL, on_instances=True),
     PrivateAPI(
-        "nbval.kernel.RunningKernel.km", ("tests/nbval_unix_sockets.py",),
+        "nbval.kernel.RunningKernel.km", ("tests/plumbing/nbval_unix_sockets.py",),
         "nbval's kernel object, built around a manager started elsewhere.", NBVAL, on_instances=True),
     PrivateAPI(
-        "nbval.kernel.RunningKernel.kc", ("tests/nbval_unix_sockets.py",),
+        "nbval.kernel.RunningKernel.kc", ("tests/plumbing/nbval_unix_sockets.py",),
         "... and its client.", NBVAL, on_instances=True),
     PrivateAPI(
-        "nbval.kernel.RunningKernel._ensure_iopub_up", ("tests/nbval_unix_sockets.py",),
+        "nbval.kernel.RunningKernel._ensure_iopub_up", ("tests/plumbing/nbval_unix_sockets.py",),
         "Called as nbval's own __init__ calls it, before the first cell.", NBVAL),
     PrivateAPI(
-        "nbval.kernel.CURRENT_ENV_KERNEL_NAME", ("tests/nbval_unix_sockets.py",),
+        "nbval.kernel.CURRENT_ENV_KERNEL_NAME", ("tests/plumbing/nbval_unix_sockets.py",),
         "The kernel name behind --nbval-current-env.", NBVAL),
     PrivateAPI(
-        "nbval.kernel.NbvalKernelspecManager", ("tests/nbval_unix_sockets.py",),
+        "nbval.kernel.NbvalKernelspecManager", ("tests/plumbing/nbval_unix_sockets.py",),
         "The kernelspec manager that knows that name.", NBVAL),
     PrivateAPI(
-        "nbval.cover.setup_coverage", ("tests/nbval_unix_sockets.py",),
+        "nbval.cover.setup_coverage", ("tests/plumbing/nbval_unix_sockets.py",),
         "nbval's coverage step, kept as nbval's setup has it.", NBVAL),
     # ------------------------------------------------------- Sphinx (the build)
     PrivateAPI(

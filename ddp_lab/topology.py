@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.validate import is_int
+from ddp_lab.validate import check_whole_number, is_int
 
 __all__ = ["Process", "Topology", "divisors", "require_count"]
 
@@ -56,20 +56,9 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def require_count(name: str, value: object) -> None:
-    """Raise ValueError unless ``value`` is a whole number >= 1.
-
-    ``True`` is an ``int`` in Python and ``2.0`` equals ``2``, but a node count
-    of ``True`` or ``2.0`` is almost always a bug upstream (a comparison or a
-    division that slipped in), so both are refused rather than guessed at.
-    """
-    if not is_int(value):
-        raise ValueError(
-            f"{name} must be a whole number (an int such as 1, 2, 4), "
-            f"got {value!r} of type {type(value).__name__}"
-        )
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1, got {value}")
+# The check of every count here, in Chapter 2's words (ddp_lab.validate.check_whole_number); the name
+# the layout explorer (ddp_lab/widgets/layout.py) imports it by.
+require_count = check_whole_number
 
 
 def _require_index(name: str, value: object, size: int, what: str) -> None:
@@ -111,9 +100,9 @@ class Topology:
     gpus_per_process: int = 1
 
     def __post_init__(self) -> None:
-        require_count("nodes", self.nodes)
-        require_count("gpus_per_node", self.gpus_per_node)
-        require_count("gpus_per_process", self.gpus_per_process)
+        check_whole_number("nodes", self.nodes)
+        check_whole_number("gpus_per_node", self.gpus_per_node)
+        check_whole_number("gpus_per_process", self.gpus_per_process)
         if self.gpus_per_node % self.gpus_per_process != 0:
             allowed = ", ".join(str(k) for k in divisors(self.gpus_per_node))
             raise ValueError(

@@ -8,7 +8,7 @@ at the repository root.)
 from pathlib import Path
 
 import pytest
-from rank_census import wait_until_no_ranks
+from plumbing.rank_census import wait_until_no_ranks
 
 from ddp_lab.launcher.forkserver import add_forkserver_preload
 

@@ -94,5 +94,5 @@ def test_shard_splits_the_global_batch_in_order_and_refuses_uneven_batches():
     assert [shard(batch, r, 3).tolist() for r in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
     with pytest.raises(ValueError, match="multiple of 5"):
         shard(batch, 0, 5)
-    with pytest.raises(ValueError, match="rank must be in 0..2"):
+    with pytest.raises(ValueError, match=r"rank must be an int from 0 to 2 \(a rank of the group\)"):
         shard(batch, 3, 3)

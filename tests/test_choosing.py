@@ -50,7 +50,18 @@ def test_7b_data_parallel_with_zero_1_and_no_tensor_parallelism():
     # TP costs more the larger its degree; the data-parallel share falls with the replicas' size
     tp = [layout.tensor_parallel for layout in decision.candidates]
     assert tp == sorted(tp)
-    assert str(decision).splitlines()[-1].startswith("3. Choice: TP 1 x DP 64, ZeRO-1, 47.6 GB per GPU")
+    assert decision.steps[-1].startswith("3. Choice: TP 1 x DP 64, ZeRO-1, 47.6 GB per GPU")
+
+
+@pytest.mark.parametrize("model, nodes", [(SEVEN_B, 8), (SEVENTY_B, 8), (SEVENTY_B, 1)])
+def test_the_reasoning_fits_the_books_80_columns_and_loses_no_word(model, nodes):
+    decision = choose_layout(model, cluster(nodes), TRAINING if nodes > 1 else Training(4096, 1, 64, 0.4))
+    printed = str(decision).splitlines()
+    assert max(len(line) for line in printed) <= 80
+    assert " ".join(printed).split() == " ".join(decision.steps).split()
+    # each layout tried starts its own line; what wraps continues further in
+    assert (sum(line.startswith(("   TP", "   Nothing")) for line in printed)
+            == sum(step.startswith(("   TP", "   Nothing")) for step in decision.steps))
 
 
 def test_70b_tensor_parallel_inside_the_node_and_zero_1_across_nodes():
@@ -73,7 +84,7 @@ def test_a_model_too_large_for_the_gpus_gets_no_layout():
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="hidden must be a positive int, got 0"):
         Transformer("x", 1e9, 0, 2)
-    with pytest.raises(ValueError, match="utilisation must be in \\(0, 1\\], got 0"):
+    with pytest.raises(ValueError, match="utilisation must be a number in \\(0, 1\\], got 0"):
         Training(4096, 1, 8, 0)
     with pytest.raises(ValueError, match="precision must be one of"):
         Training(4096, 1, 8, 0.5, precision="fp8")

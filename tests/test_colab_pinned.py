@@ -52,7 +52,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import wheel_build  # tests/: one home for the build
+from plumbing import wheel_build  # tests/plumbing/: one home for the build
 
 ROOT = Path(__file__).resolve().parents[1]
 COLAB_FREEZE = ROOT / "tests" / "colab" / "pip-freeze.txt"

@@ -1,6 +1,7 @@
 """The alpha-beta cost model and the bandwidth conventions of nccl-tests."""
 
 import math
+import re
 
 import pytest
 
@@ -56,13 +57,51 @@ def test_bytes_sent_per_rank():
     (lambda: cost.bus_factor("allreduce", 4), "unknown collective 'allreduce'"),
     (lambda: cost.bus_factor("all_reduce", 0), "world_size must be a positive int, got 0"),
     (lambda: cost.bus_factor("all_reduce", 2.0), "got 2.0"),
-    (lambda: cost.transfer_time(10, 0, 0), "bandwidth must be > 0"),
-    (lambda: cost.transfer_time(-1, 0, 1), "nbytes must be >= 0"),
-    (lambda: cost.algbw(10, 0), "seconds must be > 0"),
+    (lambda: cost.transfer_time(10, 0, 0), "bandwidth must be a number of bytes/s > 0 (inf: an ideal link), got 0"),
+    (lambda: cost.transfer_time(-1, 0, 1), "nbytes must be a finite number of bytes >= 0, got -1"),
+    (lambda: cost.algbw(10, 0), "seconds must be a finite number of seconds > 0, got 0"),
 ])
 def test_bad_input_names_the_bad_value(call, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         call()
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("call, message", [
+    # A NaN, an infinite latency or size, or a bool once came out as a time of NaN, inf or 1 byte's worth.
+    (lambda: cost.collective_time("all_reduce", 1e6, 4, NAN, 1e9),
+     "latency must be a finite number of seconds >= 0, got nan"),
+    (lambda: cost.collective_time("all_reduce", 1e6, 4, INF, 1e9),
+     "latency must be a finite number of seconds >= 0, got inf"),
+    (lambda: cost.collective_time("all_reduce", 1e6, 4, 1e-5, True),
+     "bandwidth must be a number of bytes/s > 0 (inf: an ideal link), got True"),
+    (lambda: cost.collective_time("all_reduce", 1e6, 4, 1e-5, NAN),
+     "bandwidth must be a number of bytes/s > 0 (inf: an ideal link), got nan"),
+    (lambda: cost.transfer_time(INF, 0, 1e9), "nbytes must be a finite number of bytes >= 0, got inf"),
+    (lambda: cost.bytes_sent_per_rank("all_reduce", NAN, 4),
+     "nbytes must be a finite number of bytes >= 0, got nan"),
+    (lambda: cost.algbw(1e6, INF), "seconds must be a finite number of seconds > 0, got inf"),
+    (lambda: cost.naive_all_reduce_time(True, 4, 1e-5, 1e9),
+     "nbytes must be a finite number of bytes >= 0, got True"),
+    (lambda: cost.bucket_schedule(400e6, INF, 0.1, 4, 1e-5, 1e9),
+     "bucket_bytes must be a finite number of bytes > 0, got inf"),
+    (lambda: cost.bucket_schedule(400e6, 25e6, NAN, 4, 1e-5, 1e9),
+     "backward_seconds must be a finite number of seconds >= 0, got nan"),
+    (lambda: cost.fit_latency_bandwidth([1, 2], [1e-3, INF]),
+     "each time must be a finite number of seconds > 0, got inf"),
+])
+def test_a_size_time_or_latency_is_finite_and_no_bool(call, message):
+    with pytest.raises(ValueError) as refused:
+        call()
+    assert str(refused.value) == message
+
+
+def test_an_infinite_bandwidth_is_an_ideal_link():
+    # what the all-reduce cost explorer draws as the latency term alone
+    assert cost.collective_time("all_reduce", 1e6, 4, 1e-5, INF) == 6 * 1e-5
+    assert cost.transfer_time(1e6, 0.0, INF) == 0.0
 
 
 def test_format_bytes():

@@ -69,7 +69,8 @@ def test_mlp_names_its_layers_and_seeds_reproducibly():
 @pytest.mark.parametrize("call, message", [
     (lambda: spirals(0), "samples must be a positive int, got 0"),
     (lambda: spirals(10, classes=1), "classes must be at least 2"),
-    (lambda: spirals(10, noise=-1), "noise must be a number >= 0"),
+    (lambda: spirals(10, noise=-1), "noise must be a finite number >= 0, got -1"),
+    (lambda: spirals(10, noise=float("inf")), "noise must be a finite number >= 0, got inf"),
     (lambda: split(spirals(10), 10), "leaves no training sample"),
     (lambda: global_batches(spirals(10), 11, 1), "larger than the dataset"),
     (lambda: mlp((2,)), "widths must be at least two positive ints"),

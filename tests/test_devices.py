@@ -63,11 +63,11 @@ def test_the_last_gpu_is_allowed():
     "args, named",
     [
         ((-1,), "local_rank must be at least 0, got -1"),
-        ((1.0,), "local_rank must be an int, got 1.0 of type float"),
-        ((True,), "local_rank must be an int, got True of type bool"),
-        (("0",), "local_rank must be an int, got '0' of type str"),
+        ((1.0,), "local_rank must be a whole number (an int such as 0, 1, 2), got 1.0 of type float"),
+        ((True,), "local_rank must be a whole number (an int such as 0, 1, 2), got True of type bool"),
+        (("0",), "local_rank must be a whole number (an int such as 0, 1, 2), got '0' of type str"),
         ((0, 0), "gpus_per_process must be at least 1, got 0"),
-        ((0, 2.0), "gpus_per_process must be an int, got 2.0"),
+        ((0, 2.0), "gpus_per_process must be a whole number (an int such as 1, 2, 4), got 2.0"),
     ],
 )
 @pytest.mark.parametrize("cuda_available", [True, False])

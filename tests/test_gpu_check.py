@@ -222,6 +222,14 @@ def test_options_refuse_bad_values():
         Options(all_reduce_sizes=(2,))
 
 
+@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), True, 0, -5.0])
+def test_options_refuse_a_timeout_that_is_not_a_finite_number_of_seconds(timeout):
+    # as --timeout does: Options(timeout=inf) once passed, and failed later inside a launch
+    with pytest.raises(ValueError) as refused:
+        Options(timeout=timeout)
+    assert str(refused.value) == f"timeout must be a finite number of seconds > 0, got {timeout!r}"
+
+
 # --- the results document ----------------------------------------------------------------
 
 

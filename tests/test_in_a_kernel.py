@@ -4,7 +4,7 @@ import re
 
 import nbformat
 from nbclient import NotebookClient
-from unix_socket_kernels import AsyncUnixSocketKernelManager  # tests/: no TCP port race
+from plumbing.unix_socket_kernels import AsyncUnixSocketKernelManager  # tests/plumbing/: no TCP port race
 
 CELLS = [
     # A function, a class and a closure defined in notebook cells.

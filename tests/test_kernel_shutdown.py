@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from unix_socket_kernels import start_new_kernel  # tests/: no TCP port race
+from plumbing.unix_socket_kernels import start_new_kernel  # tests/plumbing/: no TCP port race
 
 HELPER_PIDS = (
     "from multiprocessing import forkserver, resource_tracker\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from rank_census import rank_processes, wait_until_no_ranks
+from plumbing.rank_census import rank_processes, wait_until_no_ranks
 
 import ddp_lab
 

@@ -1,14 +1,20 @@
 """The pure pieces of the launcher: environment, output rendering, 'where'."""
 
+import inspect
+import re
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from ddp_lab.host import loopback_interface, uses_nccl
-from ddp_lab.launcher.config import LaunchConfig
+from ddp_lab.launcher.config import TIMEOUT_MARGIN, LaunchConfig, make_config
 from ddp_lab.launcher.output import RankOutput, render_by_rank
 from ddp_lab.launcher.where_stuck import describe_where
 from ddp_lab.launcher.worker_env import torchrun_environment, worker_environment
+from ddp_lab.launcher.worker_group import WorkerGroup
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ddp_lab"
 
 
 def test_torchrun_environment_splits_ranks_over_nodes():
@@ -105,3 +111,16 @@ def test_the_book_scripts_inside_an_installed_wheel_count_as_the_readers_code():
               (where_stuck._TORCH_DIR + "distributed/c10d_logger.py", 81, "wrapper", ""),
               (where_stuck._TORCH_DIR + "distributed/distributed_c10d.py", 2900, "all_reduce", "")]
     assert "called from log_progress() line 31" in where_stuck.describe_where(frames)
+
+
+def test_the_timeout_travels_in_the_config_and_its_margin_is_written_once():
+    # The group reads the launch's timeout from its config, not from a second copy passed beside it.
+    assert list(inspect.signature(WorkerGroup.collect).parameters) == ["self"]
+    config = make_config(2, backend="gloo", timeout=5)
+    assert config.process_group_timeout == 5 + TIMEOUT_MARGIN
+    # Whatever must outlast a launch adds TIMEOUT_MARGIN, never its own 60 s.
+    again = [f"{path.relative_to(PACKAGE.parent)}:{number}"
+             for path in sorted(PACKAGE.rglob("*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"timeout\s*\+\s*60\b", line)]
+    assert not again, f"a timeout margin written again: {again}"

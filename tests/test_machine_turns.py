@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from machine_turns import Turns  # noqa: E402
+from plumbing.machine_turns import Turns  # noqa: E402
 
 BLOCKED = 0.3  # seconds a blocked take is given to (wrongly) return
 
@@ -99,7 +99,7 @@ def test_a_process_that_dies_holding_the_machine_frees_it(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c",
          f"import sys, time; sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'tests')!r})\n"
-         f"from machine_turns import Turns\n"
+         f"from plumbing.machine_turns import Turns\n"
          f"turns = Turns({str(tmp_path)!r}); turns.take(alone=True)\n"
          f"print('holding', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)

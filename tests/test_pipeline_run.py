@@ -117,7 +117,7 @@ def test_reading_slots():
         order([(0, "F", 0, 0.0, 1.0)], 0)
     with pytest.raises(ValueError, match=r"stage 2 has no slots; the stages are \[0, 1\]"):
         order(late, 2)
-    with pytest.raises(ValueError, match="unit must be a duration in seconds > 0"):
+    with pytest.raises(ValueError, match="unit must be a finite number of seconds > 0"):
         aligned(late, unit=0)
     with pytest.raises(ValueError, match="phase must be 'F' or 'B', got 'W'"):
         mean_duration(late, "W")

@@ -2,8 +2,8 @@
 
 import json
 
-import recorded_durations
-from recorded_durations import ROOT, longest_first, stored_durations
+from plumbing import recorded_durations
+from plumbing.recorded_durations import ROOT, longest_first, stored_durations
 
 
 def test_longest_first_follows_the_table_and_puts_unknown_files_last(tmp_path, monkeypatch):

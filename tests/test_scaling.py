@@ -71,12 +71,17 @@ def test_published_figures_are_the_vendors():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: scaling.compute_seconds(0, 1, 1), "parameters must be a number > 0, got 0"),
-    (lambda: scaling.compute_seconds(1, 1, 1, utilisation=1.5), "utilisation must be in (0, 1], got 1.5"),
-    (lambda: scaling.step_seconds(-1, 0), "compute must be a number >= 0, got -1"),
+    (lambda: scaling.compute_seconds(0, 1, 1), "parameters must be a finite number > 0, got 0"),
+    (lambda: scaling.compute_seconds(1, 1, 1, utilisation=1.5), "utilisation must be a number in (0, 1], got 1.5"),
+    (lambda: scaling.step_seconds(-1, 0), "compute must be a finite number of seconds >= 0, got -1"),
     (lambda: scaling.hierarchical_all_reduce_seconds(1, 2, 2, intra=FAST), "needs the link between them"),
     (lambda: scaling.hierarchical_all_reduce_seconds(1, 0, 2, intra=FAST), "nodes must be a positive int, got 0"),
-    (lambda: scaling.scaling_efficiency(1, True), "step must be a number > 0, got True"),
+    (lambda: scaling.scaling_efficiency(1, True), "step must be a finite number of seconds > 0, got True"),
+    # once let through: an infinite count of parameters or FLOP/s, a utilisation of True (0 < True <= 1)
+    (lambda: scaling.compute_seconds(float("inf"), 1, 1), "parameters must be a finite number > 0, got inf"),
+    (lambda: scaling.tokens_to_hide(1, 1, float("inf")), "flops must be a finite number of FLOP/s > 0, got inf"),
+    (lambda: scaling.step_seconds(1, float("inf")), "all_reduce must be a finite number of seconds >= 0, got inf"),
+    (lambda: scaling.compute_seconds(1, 1, 1, utilisation=True), "utilisation must be a number in (0, 1], got True"),
 ])
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError) as error:

@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 import torch.distributed as dist
-from rank_census import rank_processes
+from plumbing.rank_census import rank_processes
 
 import ddp_lab
 

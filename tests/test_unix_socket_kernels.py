@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from unix_socket_kernels import start_new_kernel
+from plumbing.unix_socket_kernels import start_new_kernel
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import wheel_build  # tests/: one home for the build
+from plumbing import wheel_build  # tests/plumbing/: one home for the build
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "book" / "part4_running" / "11_torchrun.ipynb"

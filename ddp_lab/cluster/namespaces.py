@@ -53,6 +53,8 @@ import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
+from ddp_lab.validate import check_int_between, check_number_between
+
 __all__ = ["Cluster", "ClusterError", "Node", "ADDRESS_RANGE", "PREFIX", "INTERFACE",
            "missing_requirements", "namespaces", "remove_stale", "enter_namespace"]
 
@@ -67,6 +69,7 @@ CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 CLONE_NEWNET = 0x40000000
 MAX_NODES = 16
 MAX_RATE_MBIT = 100_000      # 100 Gbit/s: far above what a veth reaches on a CPU
+MAX_DELAY_MS = 1000          # a second: beyond any network the book models
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -126,10 +129,10 @@ class Cluster:
     """
 
     def __init__(self, nodes=2, *, rate_mbit=1000, delay_ms=0.0, mtu=9000, subnet="198.18.0.0/24"):
-        _check_int("nodes", nodes, 2, MAX_NODES)
-        _check_rate(rate_mbit)
-        _check_delay(delay_ms)
-        _check_int("mtu", mtu, 1280, 65535)
+        check_int_between("nodes", nodes, 2, MAX_NODES)
+        check_number_between("rate_mbit", rate_mbit, 1, MAX_RATE_MBIT, "Mbit/s")
+        check_number_between("delay_ms", delay_ms, 0, MAX_DELAY_MS, "milliseconds")
+        check_int_between("mtu", mtu, 1280, 65535)
         self.subnet = _check_subnet(subnet, nodes)
         self.rate_mbit, self.delay_ms, self.mtu = float(rate_mbit), float(delay_ms), mtu
         self.name = f"{PREFIX}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -209,9 +212,9 @@ class Cluster:
         """
         self._check_running()
         if rate_mbit is not None:
-            _check_rate(rate_mbit)
+            check_number_between("rate_mbit", rate_mbit, 1, MAX_RATE_MBIT, "Mbit/s")
         if delay_ms is not None:
-            _check_delay(delay_ms)
+            check_number_between("delay_ms", delay_ms, 0, MAX_DELAY_MS, "milliseconds")
         before = self.rate_mbit, self.delay_ms
         self.rate_mbit = float(self.rate_mbit if rate_mbit is None else rate_mbit)
         self.delay_ms = float(self.delay_ms if delay_ms is None else delay_ms)
@@ -254,7 +257,7 @@ class Cluster:
     def exec_argv(self, node, argv) -> list[str]:
         """``argv`` as a command that runs inside node ``node`` (an index)."""
         self._check_running()
-        _check_int("node", node, 0, len(self.nodes) - 1)
+        check_int_between("node", node, 0, len(self.nodes) - 1)
         return ["ip", "netns", "exec", self.nodes[node].namespace, *map(str, argv)]
 
     def run(self, node, argv, timeout=30.0) -> subprocess.CompletedProcess:
@@ -277,7 +280,7 @@ class Cluster:
         import ddp_lab
 
         self._check_running()
-        _check_int("ranks_per_node", ranks_per_node, 1, 64)
+        check_int_between("ranks_per_node", ranks_per_node, 1, 64)
         if interface is not None and not isinstance(interface, str):
             raise TypeError(f"interface must be a str or None, got {interface!r}")
         placement = (tuple(node.namespace for node in self.nodes), interface, float(timeout))
@@ -512,24 +515,6 @@ def _tc(namespace, verb, device, qdisc):
                     + ("; leave delay_ms=0 to shape the rate only with tbf." if qdisc[0] == "netem" else "."))
         raise ClusterError(f"`tc qdisc {verb} dev {device} root {' '.join(qdisc)}` failed in "
                            f"{namespace}: {done.stderr.strip()}.{hint}")
-
-
-def _check_int(name, value, low, high):
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{name} must be an int from {low} to {high}, got {value!r}")
-
-
-def _check_rate(rate_mbit):
-    if (isinstance(rate_mbit, bool) or not isinstance(rate_mbit, (int, float))
-            or not 1 <= rate_mbit <= MAX_RATE_MBIT):
-        raise ValueError(f"rate_mbit must be a number of Mbit/s from 1 to {MAX_RATE_MBIT}, "
-                         f"got {rate_mbit!r}")
-
-
-def _check_delay(delay_ms):
-    if (isinstance(delay_ms, bool) or not isinstance(delay_ms, (int, float))
-            or not 0 <= delay_ms <= 1000):
-        raise ValueError(f"delay_ms must be a number of milliseconds from 0 to 1000, got {delay_ms!r}")
 
 
 def _check_subnet(subnet, nodes):

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ddp_lab.validate import check_positive_int
+
 __all__ = ["NodeGroups", "node_groups", "hierarchical_all_reduce"]
 
 
@@ -58,8 +60,7 @@ def node_groups(ranks_per_node: int) -> NodeGroups:
     ``k*G .. k*G+G-1``); each node's leader is its first rank.
     """
     world_size, rank = dist.get_world_size(), dist.get_rank()
-    if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 1:
-        raise ValueError(f"ranks_per_node must be a positive int, got {ranks_per_node!r}")
+    check_positive_int("ranks_per_node", ranks_per_node)
     if world_size % ranks_per_node:
         raise ValueError(f"ranks_per_node={ranks_per_node} does not divide the world size "
                          f"{world_size}: every node must hold the same number of ranks")
@@ -75,8 +76,10 @@ def node_groups(ranks_per_node: int) -> NodeGroups:
     return NodeGroups(mine, leaders, leader, rank == leader, nodes, ranks_per_node)
 
 
-def hierarchical_all_reduce(tensor: torch.Tensor, groups: NodeGroups) -> torch.Tensor:
-    """Sum ``tensor`` over all ranks, in place: reduce in node, all-reduce leaders, broadcast.
+def hierarchical_all_reduce(tensor: torch.Tensor,
+                            groups: NodeGroups) -> torch.Tensor:
+    """Sum ``tensor`` over all ranks, in place: reduce in node, all-reduce
+    leaders, broadcast.
 
     Gives what ``dist.all_reduce(tensor)`` gives, up to the order of the
     float additions.

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 
-from ddp_lab.validate import check_positive_int
+from ddp_lab.validate import check_non_negative_number, check_positive_int, check_positive_number
 
 __all__ = ["COLLECTIVES", "transfer_time", "bus_factor", "ring_steps", "bytes_sent_per_rank", "collective_time",
            "algbw", "busbw", "fit_latency_bandwidth", "naive_all_reduce_time", "bucket_schedule",
@@ -61,17 +61,25 @@ def _check_collective(collective: str) -> None:
         raise ValueError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
 
 
+def _check_link(latency: float, bandwidth: float) -> None:
+    """A link's two numbers: a finite latency >= 0 and a bandwidth > 0, ``inf`` for an ideal link.
+
+    An infinitely fast link leaves the latency term alone (the all-reduce cost
+    explorer of Chapter 6 draws it so), as a latency of 0 leaves the bandwidth
+    term; :func:`fit_latency_bandwidth` returns ``inf`` for measurements in
+    which larger messages took no longer.
+    """
+    check_non_negative_number("latency", latency, "seconds")
+    check_positive_number("bandwidth", bandwidth, "bytes/s", infinite="an ideal link")
+
+
 def transfer_time(nbytes: float, latency: float, bandwidth: float) -> float:
     """Seconds to send ``nbytes`` over one link: ``latency + nbytes / bandwidth``.
 
     ``latency`` in seconds, ``bandwidth`` in bytes per second.
     """
-    if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
-    if latency < 0:
-        raise ValueError(f"latency must be >= 0 seconds, got {latency!r}")
-    if bandwidth <= 0:
-        raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth!r}")
+    check_non_negative_number("nbytes", nbytes, "bytes")
+    _check_link(latency, bandwidth)
     return latency + nbytes / bandwidth
 
 
@@ -120,27 +128,21 @@ def bytes_sent_per_rank(collective: str, nbytes: int, world_size: int) -> float:
     reduce_scatter. For scatter and gather it is what the root sends or
     receives (the other ranks send or receive ``nbytes / W``).
     """
-    if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    check_non_negative_number("nbytes", nbytes, "bytes")
     return nbytes * bus_factor(collective, world_size)
 
 
 def collective_time(collective: str, nbytes: int, world_size: int, latency: float, bandwidth: float) -> float:
     """Predicted seconds for a ring collective: steps x latency + bytes sent / bandwidth."""
-    if latency < 0:
-        raise ValueError(f"latency must be >= 0 seconds, got {latency!r}")
-    if bandwidth <= 0:
-        raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth!r}")
+    _check_link(latency, bandwidth)
     steps = ring_steps(collective, world_size)
     return steps * latency + bytes_sent_per_rank(collective, nbytes, world_size) / bandwidth
 
 
 def algbw(nbytes: float, seconds: float) -> float:
     """Algorithm bandwidth in bytes/s: the tensor's size over the call's time."""
-    if seconds <= 0:
-        raise ValueError(f"seconds must be > 0, got {seconds!r}")
-    if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    check_positive_number("seconds", seconds, "seconds")
+    check_non_negative_number("nbytes", nbytes, "bytes")
     return nbytes / seconds
 
 
@@ -169,8 +171,9 @@ def fit_latency_bandwidth(nbytes, seconds) -> tuple[float, float]:
         raise ValueError(
             f"need at least two (nbytes, seconds) pairs of equal length, got "
             f"{len(nbytes)} sizes and {len(seconds)} times")
-    if min(seconds) <= 0:
-        raise ValueError(f"times must be > 0 seconds, got {min(seconds)!r}")
+    for size, time in zip(nbytes, seconds):
+        check_non_negative_number("each size", size, "bytes")
+        check_positive_number("each time", time, "seconds")
     if len(set(nbytes)) < 2:
         raise ValueError("all the sizes are equal: measure at least two different sizes")
     weights = [1 / t ** 2 for t in seconds]
@@ -198,8 +201,7 @@ def naive_all_reduce_time(nbytes: float, world_size: int, latency: float, bandwi
     number of latencies, but the bandwidth term barely grows with W.
     """
     check_positive_int("world_size", world_size)
-    if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    check_non_negative_number("nbytes", nbytes, "bytes")
     return 2 * (world_size - 1) * transfer_time(nbytes, latency, bandwidth)
 
 
@@ -216,11 +218,9 @@ def bucket_schedule(gradient_bytes: float, bucket_bytes: float, backward_seconds
     is done, as DDP launches them in order. Returns ``(ready, start, end)``
     per bucket, in seconds from the start of the backward pass.
     """
-    if not gradient_bytes > 0 or not bucket_bytes > 0:
-        raise ValueError(f"gradient_bytes and bucket_bytes must be > 0, got {gradient_bytes!r} "
-                         f"and {bucket_bytes!r}")
-    if backward_seconds < 0:
-        raise ValueError(f"backward_seconds must be >= 0, got {backward_seconds!r}")
+    check_positive_number("gradient_bytes", gradient_bytes, "bytes")
+    check_positive_number("bucket_bytes", bucket_bytes, "bytes")
+    check_non_negative_number("backward_seconds", backward_seconds, "seconds")
     buckets = math.ceil(gradient_bytes / bucket_bytes)
     each = collective_time("all_reduce", gradient_bytes / buckets, world_size, latency, bandwidth)
     schedule, previous_end = [], 0.0

@@ -31,15 +31,16 @@ every input.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
+
+from ddp_lab.validate import check_fraction, check_non_negative_number, check_positive_int, check_positive_number
 
 from .alpha_beta import collective_time
 from .links import Link, allreduce_seconds
 
 __all__ = ["GPU", "GPUS", "BACKWARD_SHARE", "compute_seconds", "flat_all_reduce_seconds",
            "hierarchical_all_reduce_seconds", "step_seconds", "scaling_efficiency",
-           "tokens_to_hide", "check_positive"]
+           "tokens_to_hide"]
 
 # The backward pass costs twice the forward pass: 4 of the 6 P T operations.
 BACKWARD_SHARE = 2 / 3
@@ -69,11 +70,10 @@ def compute_seconds(parameters: float, tokens: float, flops: float, utilisation:
     (its *model FLOPs utilisation*, MFU; 0.3 to 0.5 is typical of large
     training runs).
     """
-    check_positive("parameters", parameters)
-    check_positive("tokens", tokens)
-    check_positive("flops", flops)
-    if not 0 < utilisation <= 1:
-        raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
+    check_positive_number("parameters", parameters)
+    check_positive_number("tokens", tokens)
+    check_positive_number("flops", flops, "FLOP/s")
+    check_fraction("utilisation", utilisation)
     return 6 * parameters * tokens / (flops * utilisation)
 
 
@@ -98,8 +98,8 @@ def hierarchical_all_reduce_seconds(nbytes: float, nodes: int, ranks_per_node: i
     network latencies instead of the flat ring's ``2(W-1)``. One leader
     sends through one network card: ``inter`` is that card.
     """
-    _positive_int("nodes", nodes)
-    _positive_int("ranks_per_node", ranks_per_node)
+    check_positive_int("nodes", nodes)
+    check_positive_int("ranks_per_node", ranks_per_node)
     if nodes > 1 and inter is None:
         raise ValueError("a job on several nodes needs the link between them: pass inter=")
     seconds = 0.0
@@ -119,8 +119,8 @@ def step_seconds(compute: float, all_reduce: float, *, overlap: bool = True) -> 
     compute: ``forward + max(backward, all_reduce)``. Without, it comes after
     the compute: ``compute + all_reduce``. Real steps lie between the two.
     """
-    _non_negative("compute", compute)
-    _non_negative("all_reduce", all_reduce)
+    check_non_negative_number("compute", compute, "seconds")
+    check_non_negative_number("all_reduce", all_reduce, "seconds")
     if not overlap:
         return compute + all_reduce
     backward = BACKWARD_SHARE * compute
@@ -133,8 +133,8 @@ def scaling_efficiency(compute: float, step: float) -> float:
     One rank alone takes ``compute`` per step; with W ranks each step takes
     ``step``, for W times the samples: the efficiency is ``compute / step``.
     """
-    check_positive("compute", compute)
-    check_positive("step", step)
+    check_positive_number("compute", compute, "seconds")
+    check_positive_number("step", step, "seconds")
     return compute / step
 
 
@@ -146,26 +146,9 @@ def tokens_to_hide(parameters: float, all_reduce: float, flops: float, utilisati
     all-reduce of ``all_reduce`` seconds costs nothing. (The all-reduce does
     not depend on the batch: its size is the gradients'.)
     """
-    check_positive("parameters", parameters)
-    _non_negative("all_reduce", all_reduce)
-    check_positive("flops", flops)
-    if not 0 < utilisation <= 1:
-        raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
+    check_positive_number("parameters", parameters)
+    check_non_negative_number("all_reduce", all_reduce, "seconds")
+    check_positive_number("flops", flops, "FLOP/s")
+    check_fraction("utilisation", utilisation)
     return all_reduce * flops * utilisation / (4 * parameters)
 
-
-def check_positive(name, value):
-    """Refuse a value that is not a number > 0 (True and NaN included), naming it: the
-    check of every function here, and of the scaling explorer's settings (Chapter 12b)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
-
-
-def _non_negative(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-
-
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")

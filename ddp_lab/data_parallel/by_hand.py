@@ -28,6 +28,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from ddp_lab.validate import check_int_between, check_positive_int
+
 __all__ = [
     "broadcast_parameters",
     "shard",
@@ -62,8 +64,8 @@ def shard(batch: torch.Tensor, rank: int | None = None, world_size: int | None =
     """
     rank = dist.get_rank() if rank is None else rank
     world_size = dist.get_world_size() if world_size is None else world_size
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
+    check_positive_int("world_size", world_size)
+    check_int_between("rank", rank, 0, world_size - 1, "a rank of the group")
     size = batch.shape[0]
     if size % world_size:
         raise ValueError(

@@ -43,6 +43,7 @@ from ddp_lab.cluster.torchrun import (
     torchrun_command,
     without_lookup_warnings,
 )
+from ddp_lab.validate import check_int_between, check_positive_int
 
 __all__ = ["Frame", "HungJob", "py_spy_command", "dump_stack", "stack_lines", "stacks_of_hung_job"]
 
@@ -84,8 +85,7 @@ def dump_stack(pid: int, *, timeout: float = 20.0) -> list[Frame]:
     own message when it cannot read the process (no such process, or no
     permission to trace it: see Chapter 13b for ``ptrace`` on your machine).
     """
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        raise ValueError(f"pid must be a positive int, got {pid!r}")
+    check_positive_int("pid", pid)
     result = subprocess.run([py_spy_command(), "dump", "--pid", str(pid), "--json"],
                             capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
@@ -198,8 +198,7 @@ def stacks_of_hung_job(script, args=(), *, nproc_per_node: int = 2, env=None, se
     or that never came, are listed in ``finished_before_read``, and
     ``report()`` begins with a line that says the job did not hang.
     """
-    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or not 1 <= nproc_per_node <= 16:
-        raise ValueError(f"nproc_per_node must be an int from 1 to 16, got {nproc_per_node!r}")
+    check_int_between("nproc_per_node", nproc_per_node, 1, 16)
     for name, value in (("settle", settle), ("timeout", timeout)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
             raise ValueError(f"{name} must be a number of seconds, more than 0 and at most 3600, got {value!r}")

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ddp_lab.validate import check_non_negative_number
+
 __all__ = ["WaitComputeTimer", "RankTimes", "StragglerVerdict", "find_straggler"]
 
 
@@ -177,9 +179,8 @@ def find_straggler(times: list[RankTimes], *, tolerance: float = 0.25,
     """
     if len(times) < 2:
         raise ValueError(f"find_straggler needs the times of at least 2 ranks, got {len(times)}")
-    if tolerance < 0 or min_excess_per_step_s < 0:
-        raise ValueError(f"tolerance and min_excess_per_step_s must be >= 0, got {tolerance!r}, "
-                         f"{min_excess_per_step_s!r}")
+    check_non_negative_number("tolerance", tolerance)
+    check_non_negative_number("min_excess_per_step_s", min_excess_per_step_s, "seconds")
     slowest = max(times, key=lambda t: t.typical_step_s)
     least_waiting = min(times, key=lambda t: t.wait_s)
     others = statistics.median(t.typical_step_s for t in times if t.rank != slowest.rank)

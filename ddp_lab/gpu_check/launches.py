@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 import ddp_lab
 from ddp_lab.gpu_check.runner import CheckFailed, Finding, expect
-from ddp_lab.launcher.config import GPU_AND_CPU, choose_backend
+from ddp_lab.launcher.config import GPU_AND_CPU, TIMEOUT_MARGIN, choose_backend
 
 __all__ = ["launch_auto", "launch_nccl", "cpu_examples_on_gpus", "gloo_shared_gpu", "nccl_shared_gpu",
            "launch_after_cuda_init", "ddp_device_ids"]
@@ -228,7 +228,7 @@ def launch_after_cuda_init(gpus, options):
     code = ("import json, ddp_lab.gpu_check.launches as launches; print(json.dumps("
             f"launches.initialise_cuda_then_launch({gpus}, {options.timeout!r})))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=options.timeout + 60, env=dict(os.environ))
+                          timeout=options.timeout + TIMEOUT_MARGIN, env=dict(os.environ))
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
         raise CheckFailed(f"the launch after CUDA was initialised exited with status {done.returncode}",

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ddp_lab.bench.allreduce import default_sizes
 from ddp_lab.gpu_check.results import record
-from ddp_lab.validate import check_int_at_least, is_int
+from ddp_lab.validate import check_int_at_least, check_positive_number, is_int
 
 __all__ = ["Check", "Finding", "CheckFailed", "expect", "Options", "run_check", "run_checks"]
 
@@ -84,8 +84,7 @@ class Options:
             sizes = getattr(self, name)
             if not sizes or any(not is_int(s) or s < 4 for s in sizes):
                 raise ValueError(f"{name} must be byte counts of at least 4 (one float32), got {sizes!r}")
-        if not self.timeout > 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {self.timeout!r}")
+        check_positive_number("timeout", self.timeout, "seconds")
 
     def as_dict(self) -> dict:
         values = asdict(self)

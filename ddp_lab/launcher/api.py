@@ -175,7 +175,7 @@ def run_worker_group(config, job):
         # a rank started but not yet known here could not be stopped.
         with interrupts_deferred():
             group = WorkerGroup(config, job, source_lines=interactive_sources())
-        result = group.collect(config.timeout)
+        result = group.collect()
         if result.ok:
             group.close()
         else:

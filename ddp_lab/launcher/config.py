@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from ddp_lab.host import available_cores, cuda_device_count
-from ddp_lab.validate import check_positive_int, is_number
+from ddp_lab.validate import check_positive_int, check_positive_number
 
 BACKENDS = ("auto", "gloo", "nccl")
 # What "auto" initialises when every rank has a GPU: nccl for CUDA tensors and
@@ -41,7 +41,9 @@ STYLES = ("torchrun", "spawn")
 DEFAULT_TIMEOUT = 60.0
 # Collectives and the rendezvous store must not give up before the launcher does:
 # the launcher's own timeout, which also says where ranks were stuck, ends a hang
-# first. They get this much longer (``LaunchConfig.process_group_timeout``).
+# first. They get this much longer (``LaunchConfig.process_group_timeout``); so
+# does a process that runs a launch and is given up on from outside
+# (``ddp_lab.gpu_check.launches``): the one home of the margin.
 TIMEOUT_MARGIN = 60.0
 # Every timeout (a launch's, a spawn's) is at most a week. Waiting on the
 # ranks' pipes counts in milliseconds held in a C int, which overflows past
@@ -106,19 +108,13 @@ def make_config(world_size, *, backend="auto", nodes=1, threads=None,
 
 
 def check_timeout(timeout, name="timeout"):
-    """The one rule for every timeout: seconds, more than 0, at most ``MAX_TIMEOUT``.
+    """The one rule for every timeout: a finite number of seconds > 0, at most ``MAX_TIMEOUT``.
 
     Checked before anything starts or is sent, so a bad value never leaves
-    ranks running (or stopped) behind a confusing error. Returns it as a float.
+    ranks running (or stopped) behind a confusing error. ``inf`` is refused
+    like ``nan``: a launch always ends. Returns it as a float.
     """
-    if (not is_number(timeout)
-            or not timeout > 0 or timeout == float("inf")):
-        raise ValueError(f"{name} must be a finite number of seconds > 0, got {timeout!r} "
-                         f"(and at most {MAX_TIMEOUT:g}, one week)")
-    if timeout > MAX_TIMEOUT:
-        raise ValueError(f"{name} must be at most {MAX_TIMEOUT:g} seconds (one week), "
-                         f"got {timeout!r}")
-    return float(timeout)
+    return float(check_positive_number(name, timeout, "seconds", maximum=MAX_TIMEOUT, what="one week"))
 
 
 def choose_backend(backend, world_size):

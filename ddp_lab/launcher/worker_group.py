@@ -135,8 +135,9 @@ class WorkerGroup:
     def pids(self):
         return [r.process.pid for r in self._ranks]
 
-    def collect(self, timeout):
-        """Read the replies to the job: until every rank replied, or trouble. Returns ``self.job``.
+    def collect(self):
+        """Read the replies to the job: until every rank replied, the launch's timeout
+        (``config.timeout``) passed, or trouble. Returns ``self.job``.
 
         After a rank fails or dies, the others get ``FAILURE_GRACE`` to reply
         too (the same bug on every rank is then reported as rank 0's, every
@@ -145,7 +146,7 @@ class WorkerGroup:
         will never join them.
         """
         job = self.job
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + self.config.timeout
         give_up_at = None
         self._live.begin()
         while job.pending:

@@ -47,6 +47,7 @@ Pure arithmetic: no torch. Used in Chapter 15d.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 
 from ddp_lab.cost.alpha_beta import collective_time
@@ -54,7 +55,7 @@ from ddp_lab.cost.links import Link
 from ddp_lab.memory import STAGES, bytes_per_parameter, memory_per_rank
 from ddp_lab.model_parallel.tp_cost import tensor_parallel_seconds
 from ddp_lab.units import format_gb
-from ddp_lab.validate import check_positive_int, check_positive_number
+from ddp_lab.validate import check_fraction, check_positive_int, check_positive_number
 
 __all__ = ["Transformer", "Cluster", "Training", "Layout", "Decision", "activation_bytes",
            "tensor_parallel_degrees", "fitting_layouts", "price", "choose_layout"]
@@ -119,8 +120,7 @@ class Training:
     def __post_init__(self):
         for name in ("sequence", "micro_batch", "global_batch"):
             check_positive_int(name, getattr(self, name))
-        if not 0 < self.utilisation <= 1:
-            raise ValueError(f"utilisation must be in (0, 1], got {self.utilisation!r}")
+        check_fraction("utilisation", self.utilisation)
         bytes_per_parameter(self.precision, self.optimizer)  # refuses unknown names
 
 
@@ -158,9 +158,19 @@ class Decision:
     steps: list = field(default_factory=list)
 
     def __str__(self) -> str:
-        return "\n".join(self.steps)
+        """The steps, each wrapped to the book's 80 columns, continued 3 spaces further in."""
+        return "\n".join(_wrap(step) for step in self.steps)
 
     __repr__ = __str__
+
+
+WIDTH = 80  # characters: the book's text column (Chapter 15d prints the reasoning)
+
+
+def _wrap(step: str) -> str:
+    indent = " " * (len(step) - len(step.lstrip(" ")) + 3)
+    return textwrap.fill(step, WIDTH, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def activation_bytes(model: Transformer, training: Training, tp: int = 1) -> float:

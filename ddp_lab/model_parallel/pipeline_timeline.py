@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ddp_lab.model_parallel.pipeline import Slot
+from ddp_lab.validate import check_positive_number
 
 __all__ = ["order", "activations_held", "respects_dependencies", "measured_bubble", "mean_duration", "aligned"]
 
@@ -123,7 +124,7 @@ def aligned(slots: Iterable[Slot], unit: float | None = None) -> list[Slot]:
     slots = _checked(slots)
     if unit is None:
         unit = mean_duration(slots, "F")
-    elif not (isinstance(unit, (int, float)) and not isinstance(unit, bool) and unit > 0):
-        raise ValueError(f"unit must be a duration in seconds > 0 (1e-3 for milliseconds), got {unit!r}")
+    else:
+        check_positive_number("unit", unit, "seconds")  # 1e-3: milliseconds
     zero = min(slot.start for slot in slots)
     return [replace(slot, start=(slot.start - zero) / unit, end=(slot.end - zero) / unit) for slot in slots]

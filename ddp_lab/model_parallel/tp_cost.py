@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from ddp_lab.cost.alpha_beta import bytes_sent_per_rank, collective_time
 from ddp_lab.cost.links import Link
-from ddp_lab.validate import check_choice, check_positive_int, check_positive_number
+from ddp_lab.validate import check_choice, check_fraction, check_positive_int, check_positive_number
 
 __all__ = ["BLOCKS", "parameters_per_layer", "all_reduces_per_layer", "tensor_parallel_bytes",
            "data_parallel_bytes", "crossover_tokens", "tensor_parallel_seconds", "compute_seconds",
@@ -139,8 +139,7 @@ def compute_seconds(tokens: int, hidden: int, tp: int, flops: float, *, utilisat
     check_positive_int("tokens", tokens)
     check_positive_int("tp", tp)
     check_positive_number("flops", flops)
-    if not 0 < utilisation <= 1:
-        raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
+    check_fraction("utilisation", utilisation)
     return 6 * parameters_per_layer(hidden, block) * tokens / tp / (flops * utilisation)
 
 

@@ -43,7 +43,7 @@ from ddp_lab.cost.links import LINKS, Link
 from ddp_lab.draw.memory import describe_parameters
 from ddp_lab.draw.palette import BLUE, GREEN, SKY_BLUE, VERMILLION
 from ddp_lab.units import format_seconds
-from ddp_lab.validate import check_positive_int, is_number
+from ddp_lab.validate import check_positive_int, check_positive_number, is_number
 
 from .control import CheckedEnum, CheckedFloat, CheckedInt, Control, figure_html, javascript
 
@@ -98,7 +98,7 @@ def _check_utilisation(name, value):
     """compute_seconds' own check of the utilisation (NaN, 0, above 1), after
     refusing what it lets through (a bool: True < 1) as it refuses its other numbers."""
     if not is_number(value):
-        scaling.check_positive(name, value)
+        check_positive_number(name, value)
     scaling.compute_seconds(1.0, 1.0, 1.0, value)
 
 
@@ -130,13 +130,13 @@ class ScalingModel(Control):
     # the numbers go through the checks of ddp_lab.cost.scaling (and of ddp_lab.cost.links, whose
     # all-reduce its flat ring is) before the choices: True is not 1 GPU, nor 4.0 four nodes
     parameters = CheckedFloat(7e9, min=PARAMETER_RANGE[0], max=PARAMETER_RANGE[1],
-                              check=scaling.check_positive).tag(sync=True)
+                              check=check_positive_number).tag(sync=True)
     gpus_per_node = CheckedEnum(GPUS_PER_NODE, default_value=8, check=check_positive_int).tag(sync=True)
     nodes = CheckedEnum(NODES, default_value=16, check=check_positive_int).tag(sync=True)
     intra = traitlets.Enum(INTRA_LINKS, default_value="nvlink").tag(sync=True)
     inter = traitlets.Enum(INTER_LINKS, default_value="infiniband").tag(sync=True)
     cards = CheckedInt(8, min=1, max=MAX_CARDS, check=check_positive_int).tag(sync=True)
-    tokens_per_gpu = CheckedEnum(TOKENS, default_value=4096.0, check=scaling.check_positive).tag(sync=True)
+    tokens_per_gpu = CheckedEnum(TOKENS, default_value=4096.0, check=check_positive_number).tag(sync=True)
     gpu = traitlets.Enum(tuple(scaling.GPUS), default_value="h100").tag(sync=True)
     utilisation = CheckedEnum(UTILISATIONS, default_value=0.4, check=_check_utilisation).tag(sync=True)
     algorithm = traitlets.Enum(ALGORITHMS, default_value="flat").tag(sync=True)

@@ -4,7 +4,7 @@ Its own module, not conftest.py: test functions defined at a test module's top
 level reach the ranks by reference, so a rank imports the test module and
 with it these names; ``import conftest`` there could find the repository
 root's conftest.py first (pytest puts the root on sys.path to collect
-ddp_lab's doctests), ``import rank_census`` finds only this file.
+ddp_lab's doctests), ``import plumbing.rank_census`` finds only this file.
 """
 
 import time

@@ -14,10 +14,11 @@ It relies on nbval's classes ``IPyNbFile`` (its ``setup``) and
 from __future__ import annotations
 
 import pytest
-import unix_socket_kernels
 from nbval.cover import setup_coverage
 from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager, RunningKernel
 from nbval.plugin import IPyNbFile
+
+from plumbing import unix_socket_kernels
 
 
 @pytest.hookimpl(wrapper=True)

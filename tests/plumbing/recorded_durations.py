@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILE_DURATIONS = ROOT / "tests" / "file_durations.json"
 
 

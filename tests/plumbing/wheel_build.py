@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # What pyproject.toml packs: the package, the book's scripts (ddp_lab/book_scripts) and the
 # stored runs (ddp_lab/stored_runs), with what the sdist adds (MANIFEST.in).
 BUILD_INPUTS = ("pyproject.toml", "README.md", "MANIFEST.in", "CHANGELOG.md", "ddp_lab", "labs/scripts",
