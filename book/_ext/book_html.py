@@ -16,8 +16,13 @@ its pages also log errors in the browser console.  This extension:
   scripts registered after the builder started (sphinx-thebe's
   ``const THEBE_JS_URL = ...``, sphinx-togglebutton's selector) twice, and
   the second ``const`` is a SyntaxError on every page;
-* stops the theme's Font Awesome script from swapping ``<i class="fa ...">``
-  icons for ``<svg>`` elements (see ``FONT_AWESOME_CONFIG``);
+* leaves out the theme's Font Awesome script (1.5 MB on every page): the
+  theme's CSS draws every icon the pages show from its web fonts, and the
+  script would swap ``<i class="fa ...">`` icons for ``<svg>`` elements,
+  breaking the Play button of ipywidgets (see ``drop_font_awesome_script``);
+* links each figure image to its file, so that a reader on a phone, where a
+  figure shrinks to the text column, can open it at full size with a tap
+  (``link_figures_to_their_files``);
 * writes the site's index.html, the redirect to the first page, with an
   empty icon (without one the browser asks for a /favicon.ico that is not there);
 * turns ``path_to_book: "."`` into no prefix at all, so that the Colab, Binder
@@ -73,14 +78,23 @@ CDN_STYLESHEETS = {
     ): "font-awesome/css/font-awesome.min.css",
 }
 
-# The theme's fontawesome.js replaces every <i class="fa ..."> with an <svg>,
-# including the icon of ipywidgets' Play button, whose code then fails when it
-# switches between play and pause ("Cannot set properties of undefined
-# (setting 'className')").  The theme's CSS already draws every icon from its
-# web fonts, the Font Awesome 4 names of matplotlib and ipywidgets included.
-FONT_AWESOME_CONFIG = "window.FontAwesomeConfig = { autoReplaceSvg: false };"
+# pydata-sphinx-theme writes this <script> into every page from its layout
+# (static/webpack-macros.html, head_js_preload), so no Sphinx event can drop it.
+# fontawesome.js replaces every <i class="fa ..."> with an <svg>, including the
+# icon of ipywidgets' Play button, whose code then fails when it switches
+# between play and pause ("Cannot set properties of undefined (setting
+# 'className')").  The theme's CSS already draws every icon from its web fonts
+# (vendor/fontawesome/webfonts, 0.3 MB, fetched only for the glyphs a page
+# shows), the Font Awesome 4 names of matplotlib and ipywidgets included.
+FONT_AWESOME_SCRIPT = re.compile(
+    r'[ \t]*(?:<!-- So that users can add custom icons -->\s*)?'
+    r'<script\s+defer\s+src="[^"]*_static/scripts/fontawesome\.js(?:\?[^"]*)?"\s*>\s*</script>\n?'
+)
 
-
+# An image the build copied to _images/ (a figure, a plot of a cell), not yet
+# inside a link: group 1 is the link before it, if any; group 2 the <img>,
+# group 3 its file.
+IMAGE = re.compile(r'(<a\b[^>]*>\s*)?(<img\b[^>]*?\bsrc="([^"]*_images/[^"]+)"[^>]*>)')
 
 
 def normalise_path_to_book(app: Sphinx, config) -> None:
@@ -158,6 +172,45 @@ def write_index_redirect(app: Sphinx, exception: Exception | None) -> None:
         f'<body><a href="{first_page}">{title}</a></body></html>\n', encoding="utf8")
 
 
+def drop_font_awesome_script(app: Sphinx, exception: Exception | None) -> None:
+    """Take the theme's fontawesome.js out of every page written (see FONT_AWESOME_SCRIPT).
+
+    Runs on every page of the output, so that pages an incremental build did
+    not rewrite lose it too; a page without the script is left as it is.
+    """
+    if exception is not None or app.builder.format != "html":
+        return
+    outdir = Path(app.outdir)
+    for page in outdir.rglob("*.html"):
+        if page.relative_to(outdir).parts[0].startswith("_"):  # _static holds templates
+            continue
+        text = page.read_text(encoding="utf8")
+        lighter = FONT_AWESOME_SCRIPT.sub("", text)
+        if lighter != text:
+            page.write_text(lighter, encoding="utf8")
+
+
+def link_figures_to_their_files(app: Sphinx, pagename, templatename, context, doctree) -> None:
+    """Wrap each image of the page's body that the build copied to _images/
+    in a link to that file, unless it is in a link already.
+
+    On a phone a figure shrinks to the text column (360-414 px) and its labels
+    with it; a tap on the figure opens the PNG at its full size, which the
+    browser lets the reader zoom. Book.css gives the link a zoom-in cursor.
+    """
+    body = context.get("body")
+    if not body:
+        return
+
+    def link(match: re.Match) -> str:
+        if match.group(1):  # already a link (Sphinx links scaled images to their file)
+            return match.group(0)
+        return (f'<a class="image-enlarge" href="{match.group(3)}" '
+                f'title="Open the figure at full size">{match.group(2)}</a>')
+
+    context["body"] = IMAGE.sub(link, body)
+
+
 def rewrite_cdn_links(app: Sphinx, pagename, templatename, context, doctree) -> None:
     """Point stylesheets that notebook outputs load from CDNs to _static/npm/."""
     body = context.get("body")
@@ -182,12 +235,13 @@ def drop_duplicate_scripts(app: Sphinx, pagename, templatename, context, doctree
 
 
 def setup(app: Sphinx):
-    app.add_js_file(None, body=FONT_AWESOME_CONFIG, priority=100)  # before the theme's script
     app.connect("config-inited", normalise_path_to_book)
     app.connect("builder-inited", ensure_node_modules)
     app.connect("html-page-context", rewrite_cdn_links)
+    app.connect("html-page-context", link_figures_to_their_files)
     # after the other extensions have added their per-page scripts
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
     app.connect("build-finished", copy_static_files)
+    app.connect("build-finished", drop_font_awesome_script)
     app.connect("build-finished", write_index_redirect, priority=400)  # before sphinx-external-toc's
     return {"parallel_read_safe": True, "parallel_write_safe": True}
