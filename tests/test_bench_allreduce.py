@@ -7,11 +7,12 @@ from ddp_lab.bench import allreduce as bench
 from ddp_lab.cost import bus_factor
 
 
-def test_measure_times_both_implementations_at_every_size():
-    table = bench.measure(world_size=2, sizes=[1024, 64 << 10], trial_seconds=0.01, trials=2)
+def test_measure_times_each_implementation_at_every_size():
+    table = bench.measure(world_size=2, sizes=[1024, 64 << 10], implementations=("builtin", "textbook", "ring"),
+                          trial_seconds=0.01, trials=2)
     assert [row["bytes"] for row in table] == [1024, 64 << 10]
     for row in table:
-        for name in ("builtin", "ring"):
+        for name in ("builtin", "textbook", "ring"):
             figures = row[name]
             assert figures["seconds"] > 0  # a time; how long depends on the machine's load
             assert len(figures["samples"]) == 2 and min(figures["samples"]) <= figures["seconds"]
@@ -21,6 +22,9 @@ def test_measure_times_both_implementations_at_every_size():
     assert lines[0] == "builtin:" and lines[2].split()[:2] == ["1", "KiB"]
     ring = lines.index("ring:")
     assert "ring/builtin" in lines[ring + 1] and lines[ring + 2].split()[-1].endswith("x")
+    textbook = lines.index("textbook:")
+    assert lines[textbook + 1].split()[-2:] == ["busbw", "textbook/builtin"]  # apart, however long the name
+    assert len(lines[textbook + 1]) == len(lines[textbook + 2])  # the ratio under its heading
     assert max(len(line) for line in lines) <= 80  # fits the book's text column
 
 

@@ -46,7 +46,7 @@ def main(argv=None):
     if args.benchmark == "launch":
         launch_speed.main(world_size=args.world_size, repeats=args.repeats)
     elif args.benchmark == "allreduce":
-        implementations = ("builtin", "ring") + (("ring+trace",) if args.trace else ())
+        implementations = ("builtin", "textbook", "ring") + (("ring+trace",) if args.trace else ())
         allreduce.main(args.world_size, args.min, args.max, implementations, backend=args.backend)
     elif args.benchmark == "collectives":
         collectives.main(args.rest)

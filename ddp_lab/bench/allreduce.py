@@ -1,7 +1,9 @@
 """All-reduce time, algorithm and bus bandwidth vs message size.
 
 Compares torch's built-in ``dist.all_reduce`` with the book's own
-``ddp_lab.collectives.ring.ring_all_reduce`` (with tracing off, and optionally on), run
+``ddp_lab.collectives.ring.ring_all_reduce`` (with tracing off, and optionally on)
+and, optionally, the textbook ring it improves on
+(``ddp_lab.collectives.textbook_ring``), run
 on the same ranks, interleaved size by size so that both see the same
 machine load::
 
@@ -28,14 +30,19 @@ import ddp_lab
 from ddp_lab.bench.timing import collective_device, slowest_rank_seconds
 from ddp_lab.collectives.ring import ring_all_reduce
 from ddp_lab.collectives.step_trace import Trace
+from ddp_lab.collectives.textbook_ring import textbook_ring_all_reduce
 from ddp_lab.cost import bus_factor
 from ddp_lab.units import format_bytes, format_rate, format_seconds
 
-IMPLEMENTATIONS = ("builtin", "ring", "ring+trace")
+IMPLEMENTATIONS = ("builtin", "textbook", "ring", "ring+trace")
 
 
 def builtin(tensor):
     dist.all_reduce(tensor)
+
+
+def textbook(tensor):
+    textbook_ring_all_reduce(tensor)
 
 
 def ring(tensor):
@@ -46,7 +53,7 @@ def ring_traced(tensor):
     ring_all_reduce(tensor, trace=Trace())
 
 
-CALLS = {"builtin": builtin, "ring": ring, "ring+trace": ring_traced}
+CALLS = {"builtin": builtin, "textbook": textbook, "ring": ring, "ring+trace": ring_traced}
 
 
 # Each timed loop runs for about TRIAL_SECONDS, however long one call takes:
@@ -147,10 +154,12 @@ def format_table(table, baseline="builtin"):
     lines = []
     for name in names:
         ratio = name != baseline and baseline in names
+        heading = f"{name}/{baseline}"
+        width = max(15, len(heading) + 2)  # the ratio's column, two spaces before its heading
         lines += ([""] if lines else []) + [
             f"{name}:",
             f"{'size':>9}{'fastest':>10}{'median':>10}{'slowest':>10}{'busbw':>13}"
-            + (f"{name + '/' + baseline:>15}" if ratio else "")]
+            + (f"{heading:>{width}}" if ratio else "")]
         for row in table:
             figures = row[name]
             samples = figures.get("samples") or (figures["seconds"],)
@@ -158,7 +167,7 @@ def format_table(table, baseline="builtin"):
                     f"{format_seconds(figures['seconds']):>10}{format_seconds(max(samples)):>10}"
                     f"{format_rate(figures['busbw']):>13}")
             if ratio:
-                line += f"{figures['busbw'] / row[baseline]['busbw']:>14.2f}x"
+                line += f"{figures['busbw'] / row[baseline]['busbw']:>{width - 1}.2f}x"
             lines.append(line)
     return "\n".join(lines)
 

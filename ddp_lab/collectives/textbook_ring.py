@@ -25,30 +25,35 @@ from ddp_lab.collectives.ring import check_all_reduce_arguments
 
 
 def textbook_ring_all_reduce(tensor, op="sum"):
-    """All-reduce ``tensor`` in place over the default group and return it (``op``: "sum" or "avg")."""
+    """All-reduce ``tensor`` in place over the default group; return it.
+
+    ``op`` is "sum" or "avg". Call it on every rank, like ``dist.all_reduce``.
+    """
     check_all_reduce_arguments(tensor, op)
     world_size, rank = dist.get_world_size(), dist.get_rank()
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
-    flat = tensor.contiguous().view(-1)      # the tensor itself when it is contiguous
+    flat = tensor.contiguous().view(-1)  # the tensor itself if contiguous
     chunks = list(flat.tensor_split(world_size))
     incoming = flat.new_empty(chunks[0].numel())  # chunk 0 is the largest
 
-    for step in range(world_size - 1):       # reduce-scatter
-        send, receive = (rank - step) % world_size, (rank - step - 1) % world_size
+    for step in range(world_size - 1):  # reduce-scatter
+        send = (rank - step) % world_size
+        receive = (rank - step - 1) % world_size
         buffer = incoming[: chunks[receive].numel()]
         sending = dist.isend(chunks[send], right)
         dist.recv(buffer, left)
         sending.wait()
         chunks[receive] += buffer
 
-    for step in range(world_size - 1):       # all-gather
-        send, receive = (rank - step + 1) % world_size, (rank - step) % world_size
+    for step in range(world_size - 1):  # all-gather
+        send = (rank - step + 1) % world_size
+        receive = (rank - step) % world_size
         sending = dist.isend(chunks[send], right)
         dist.recv(chunks[receive], left)
         sending.wait()
 
     if op == "avg":
         flat /= world_size
-    if flat.data_ptr() != tensor.data_ptr():  # we worked on a contiguous copy
+    if flat.data_ptr() != tensor.data_ptr():  # we worked on a copy
         tensor.copy_(flat.view_as(tensor))
     return tensor
