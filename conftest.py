@@ -46,7 +46,7 @@ collect_ignore_glob = ["ddp_lab/launcher/forkserver_preload.py", "ddp_lab/*/__ma
 # cells run in order, in one kernel), in the order collected (with
 # --no-loadscope-reorder). Collected longest first, by the seconds each file
 # took last time, no long file starts last and runs alone while the other
-# workers idle (tests/recorded_durations.py). Refresh the figures with
+# workers idle (tests/plumbing/recorded_durations.py). Refresh the figures with
 # `python -m pytest --store-durations`.
 
 
@@ -87,7 +87,7 @@ def pytest_sessionfinish(session):
 # A notebook cell tagged `measures-time` runs with no other notebook's cell
 # beside it: every notebook cell takes a shared turn on the machine for its
 # setup, call and teardown, and a timing cell takes the machine alone
-# (tests/machine_turns.py). The
+# (tests/plumbing/machine_turns.py). The
 # unit tests take no turn: some run for 20 s, and a timing cell waiting for
 # the longest one in progress, with the turnstile closed to everything else,
 # kept the machine half idle (8m25s for the suite at -n 4, against 7 min

@@ -163,7 +163,7 @@ def version() -> str:
 
 
 def build_wheel(folder: Path) -> Path:
-    """The wheel of this checkout's ddp_lab (tests/wheel_build.py)."""
+    """The wheel of this checkout's ddp_lab (tests/plumbing/wheel_build.py)."""
     return wheel_build.build(folder, sdist=False)[0]
 
 

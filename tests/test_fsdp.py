@@ -194,7 +194,7 @@ def test_fsdp_and_ddp_share_the_bandwidth_term_and_fsdp_pays_the_latency_per_lay
     assert math.isclose(with_latency - no_latency, (world - 1) * 9.6e-6 * flops * 0.4 / (2 * layer))
     forward = layer_forward_seconds(layer, with_latency, flops, 0.4)
     assert math.isclose(forward, layer_all_gather_seconds(2 * layer, world, 9.6e-6, beta))
-    with pytest.raises(ValueError, match="utilisation must be in"):
+    with pytest.raises(ValueError, match=r"utilisation must be a number in \(0, 1\]"):
         fsdp_tokens_to_hide(layer, 2, world, 9.6e-6, beta, flops, 0)
     with pytest.raises(ValueError, match="layer_bytes must be"):
         layer_all_gather_seconds(0, world, 9.6e-6, beta)

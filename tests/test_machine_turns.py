@@ -1,4 +1,4 @@
-"""tests/machine_turns.py: shared turns run side by side, an alone turn
+"""tests/plumbing/machine_turns.py: shared turns run side by side, an alone turn
 has the machine to itself, a waiting alone turn is served before newcomers,
 and a participant that dies frees the machine.
 

@@ -1,4 +1,4 @@
-"""tests/recorded_durations.py: files start longest first, by tests/file_durations.json."""
+"""tests/plumbing/recorded_durations.py: files start longest first, by tests/file_durations.json."""
 
 import json
 

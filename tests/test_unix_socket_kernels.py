@@ -1,4 +1,4 @@
-"""tests/unix_socket_kernels.py: a kernel on Unix sockets in a folder of its own, with no
+"""tests/plumbing/unix_socket_kernels.py: a kernel on Unix sockets in a folder of its own, with no
 TCP port for another process to take, gone after shutdown; a kernel that dies at start says why."""
 
 import stat

@@ -47,7 +47,7 @@ def book_scripts() -> list[str]:
 
 
 def build_dists(folder: Path) -> tuple[Path, Path]:
-    """(wheel, sdist) of ddp_lab (tests/wheel_build.py)."""
+    """(wheel, sdist) of ddp_lab (tests/plumbing/wheel_build.py)."""
     return wheel_build.build(folder)
 
 

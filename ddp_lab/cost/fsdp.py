@@ -16,7 +16,7 @@ measured by ``ddp_lab.data_parallel.fsdp``.
 from __future__ import annotations
 
 from ddp_lab.cost.alpha_beta import collective_time
-from ddp_lab.validate import check_non_negative_number, check_positive_int, check_positive_number
+from ddp_lab.validate import check_fraction, check_non_negative_number, check_positive_int, check_positive_number
 
 __all__ = ["layer_all_gather_seconds", "layer_forward_seconds", "fsdp_tokens_to_hide"]
 
@@ -39,7 +39,7 @@ def layer_forward_seconds(layer_parameters: float, tokens: float, flops: float, 
     check_positive_number("layer_parameters", layer_parameters)
     check_positive_number("tokens", tokens)
     check_positive_number("flops", flops, "FLOP/s")
-    _check_utilisation(utilisation)
+    check_fraction("utilisation", utilisation)
     return 2 * layer_parameters * tokens / (flops * utilisation)
 
 
@@ -57,12 +57,8 @@ def fsdp_tokens_to_hide(layer_parameters: float, bytes_per_parameter: float, wor
     """
     check_positive_number("layer_parameters", layer_parameters)
     check_positive_number("bytes_per_parameter", bytes_per_parameter, "bytes")
-    _check_utilisation(utilisation)
+    check_fraction("utilisation", utilisation)
     check_positive_number("flops", flops, "FLOP/s")
     all_gather = layer_all_gather_seconds(layer_parameters * bytes_per_parameter, world_size, latency, bandwidth)
     return all_gather * flops * utilisation / (2 * layer_parameters)
 
-
-def _check_utilisation(utilisation):
-    if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
-        raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
