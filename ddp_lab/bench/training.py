@@ -155,23 +155,29 @@ def measure_speedup(world_sizes=(1, 2, 4), *, budget: float = 1.5, batch_per_ran
 
 def format_table(results: list[Throughput]) -> str:
     """A table of throughputs (median of the repeats, and their range), with
-    each median's ratio to the 1-rank run's."""
+    each median's ratio to the 1-rank run's; every line fits 80 characters
+    (Chapter 10 prints it)."""
     baseline = _baseline(results)
     cores = available_cores()
     repeats = max(len(r.samples) for r in results) or 1
     lines = [
-        f"DDP training throughput: MLP {'-'.join(map(str, WIDTHS))}, batch {baseline.batch_per_rank} per rank, "
-        f"gloo, {cores} cores, torch {torch.__version__}; samples/s: median and range of {repeats} repeats",
+        f"DDP training throughput: MLP {'-'.join(map(str, WIDTHS))}, batch {baseline.batch_per_rank} per rank, gloo,",
+        f"{cores} cores, torch {torch.__version__}; samples/s: median and range of {repeats} repeats",
         "",
-        f"{'ranks':>5}  {'threads/rank':>12}  {'setting':>8}  {'threads in all':>14}  {'samples/s':>10}  "
-        f"{'range':>15}  {'vs 1 rank, 1 thread':>19}",
+        f"{'ranks':>5}  {'threads':>8}  {'setting':>8}  {'threads':>6}  {'samples/s':>9}  {'range':>15}  "
+        f"{'vs 1 rank,':>10}",
+        f"{'':>5}  {'per rank':>8}  {'':>8}  {'in all':>6}  {'':>9}  {'':>15}  {'1 thread':>10}",
     ]
+    oversubscribed = False
     for r in results:
-        oversubscribed = "  more threads than cores" if r.world_size * r.threads > cores else ""
+        mark = "  *" if r.world_size * r.threads > cores else ""
+        oversubscribed = oversubscribed or bool(mark)
         low, high = r.spread["min"], r.spread["max"]
-        lines.append(f"{r.world_size:>5}  {r.threads:>12}  {r.setting:>8}  {r.world_size * r.threads:>14}  "
-                     f"{r.samples_per_second:>10.0f}  {f'{low:.0f} to {high:.0f}':>15}  "
-                     f"{r.samples_per_second / baseline.samples_per_second:>18.2f}x{oversubscribed}")
+        lines.append(f"{r.world_size:>5}  {r.threads:>8}  {r.setting:>8}  {r.world_size * r.threads:>6}  "
+                     f"{r.samples_per_second:>9.0f}  {f'{low:.0f} to {high:.0f}':>15}  "
+                     f"{r.samples_per_second / baseline.samples_per_second:>9.2f}x{mark}")
+    if oversubscribed:
+        lines.append("* more threads than cores")
     return "\n".join(lines)
 
 

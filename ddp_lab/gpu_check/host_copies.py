@@ -25,17 +25,19 @@ __all__ = ["copy_seconds", "time_copies", "host_to_device_copy"]
 
 
 def copy_seconds(nbytes, pinned, repeats=10, device="cuda:0"):
-    """Seconds of each of ``repeats`` host-to-GPU copies of ``nbytes`` of float32,
-    each timed on the GPU between two CUDA events (``elapsed_seconds``)."""
+    """Seconds of each of ``repeats`` host-to-GPU copies of ``nbytes`` of
+    float32, each timed on the GPU between two CUDA events
+    (``elapsed_seconds``)."""
     device = torch.device(device)
     host = torch.ones(max(1, nbytes // 4))
     if pinned:
-        host = host.pin_memory()  # page-locked: the copy engine reads it directly
+        host = host.pin_memory()  # page-locked: the copy engine reads it
     target = torch.empty(host.shape, device=device)
-    target.copy_(host)  # warm-up: the driver sets up its staging buffers once
+    target.copy_(host)  # warm-up: the driver sets up its staging buffers
 
     def copy():
-        target.copy_(host, non_blocking=True)  # returns at once only from pinned memory
+        # returns at once only from pinned memory
+        target.copy_(host, non_blocking=True)
 
     return [elapsed_seconds(copy, device) for _ in range(repeats)]
 

@@ -27,9 +27,9 @@ def average_gradients(model):
 
 
 def log_progress(step, loss):
-    if dist.get_rank() == 0:              # the bug: a collective that rank 0 alone calls
+    if dist.get_rank() == 0:  # the bug: a collective that rank 0 alone calls
         dist.all_reduce(loss)
-        print(f"[rank 0] step {step}: mean loss {loss.item() / dist.get_world_size():.4f}")
+        print(f"step {step}: mean loss {loss / dist.get_world_size():.4f}")
 
 
 def main():

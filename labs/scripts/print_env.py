@@ -41,19 +41,22 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    dist.init_process_group(args.backend)  # env://: reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    # env://: reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    dist.init_process_group(args.backend)
     mine = {name: os.environ.get(name, "(not set)") for name in args.names}
     mine["host"], mine["pid"] = socket.gethostname(), str(os.getpid())
     table = [None] * dist.get_world_size()
     dist.all_gather_object(table, mine)
     if dist.get_rank() == 0:
-        shared = [name for name in mine if all(row[name] == table[0][name] for row in table)]
+        shared = [name for name in mine
+                  if all(row[name] == table[0][name] for row in table)]
         print("[rank 0] the same on every rank:")
         for name in shared:
             print(f"[rank 0]   {name}={table[0][name]}")
         print("[rank 0] different on each rank:")
         for row in table:
-            print("[rank 0]   " + "  ".join(f"{name}={row[name]}" for name in row if name not in shared))
+            own = [f"{name}={row[name]}" for name in row if name not in shared]
+            print("[rank 0]   " + "  ".join(own))
     dist.destroy_process_group()
 
 

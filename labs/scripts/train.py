@@ -350,7 +350,7 @@ def save_snapshot(path, snapshot):
     """
     tmp = f"{path}.tmp"
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)  # a symbolic link is removed itself, its target untouched
+        os.unlink(tmp)  # a symbolic link is removed, its target untouched
     try:
         with open(tmp, "xb") as file:  # x: create a new file, or fail
             torch.save(snapshot, file)
@@ -464,7 +464,8 @@ def unusable_snapshot(path, reason):
             f"or point --snapshot elsewhere.")
 
 
-def take_snapshot(path, rank, model, optimizer, epoch, batches_done, step, args):
+def take_snapshot(path, rank, model, optimizer, epoch, batches_done, step,
+                  args):
     """Collective: every rank sends its RNG state; rank 0 writes the snapshot.
 
     The barrier keeps every rank from running ahead of a snapshot that is
@@ -475,7 +476,8 @@ def take_snapshot(path, rank, model, optimizer, epoch, batches_done, step, args)
     dist.gather_object(rng_state(), rng_states, dst=0)
     if rank == 0:
         save_snapshot(path, {
-            "model": model.module.state_dict(),  # .module: without DDP's "module." prefix
+            # .module: without DDP's "module." prefix
+            "model": model.module.state_dict(),
             "optimizer": optimizer.state_dict(),
             "epoch": epoch,                # the epoch to continue
             "batches_done": batches_done,  # batches of that epoch already used
@@ -528,16 +530,19 @@ def main(argv=None):
 
     snapshot = load_snapshot(args.snapshot)
     if snapshot is not None:
-        check_resume(snapshot, args, rank)  # from this run? anything left to train?
+        # from this run? anything left to train?
+        check_resume(snapshot, args, rank)
         model.load_state_dict(snapshot["model"])
-        epoch, batches_done, step = snapshot["epoch"], snapshot["batches_done"], snapshot["step"]
+        epoch = snapshot["epoch"]
+        batches_done, step = snapshot["batches_done"], snapshot["step"]
         if snapshot["world_size"] == world_size:
             set_rng_state(snapshot["rng"][rank])
         else:  # the shards of an epoch depend on WORLD_SIZE: redo this epoch
-            log(f"snapshot from WORLD_SIZE={snapshot['world_size']}: epoch {epoch} starts over", rank)
+            log(f"snapshot from WORLD_SIZE={snapshot['world_size']}: "
+                f"epoch {epoch} starts over", rank)
             batches_done = 0
-        log(f"resumed from snapshot at epoch {epoch}, batch {batches_done} of {len(loader)} "
-            f"(step {step})", rank)
+        log(f"resumed from snapshot at epoch {epoch}, batch {batches_done} "
+            f"of {len(loader)} (step {step})", rank)
     else:
         log("no snapshot: starting from scratch", rank)
 
@@ -556,27 +561,36 @@ def main(argv=None):
                 continue  # used before the snapshot: same shuffle, so skip them
             step += 1
             loss = F.cross_entropy(model(x), y.to(devices[-1]))
-            if step == args.fail_at_step and rank == args.fail_rank and restart == 0:
-                log(f"injected failure in step {step} (epoch {epoch}, batch {batch})", rank, every_rank=True)
-                raise RuntimeError(f"injected failure: rank {rank}, step {step}")
+            if (step == args.fail_at_step and rank == args.fail_rank
+                    and restart == 0):
+                log(f"injected failure in step {step} "
+                    f"(epoch {epoch}, batch {batch})", rank, every_rank=True)
+                raise RuntimeError(
+                    f"injected failure: rank {rank}, step {step}")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP averages the gradients over the ranks here
             optimizer.step()
             end_of_epoch = batch + 1 == len(loader)
-            if end_of_epoch or (args.snapshot_every and step % args.snapshot_every == 0):
-                position = (epoch + 1, 0) if end_of_epoch else (epoch, batch + 1)
-                take_snapshot(args.snapshot, rank, model, optimizer, *position, step, args)
-                log(f"snapshot at step {step}: epoch {position[0]}, batch {position[1]}", rank)
+            every = args.snapshot_every
+            if end_of_epoch or (every and step % every == 0):
+                position = ((epoch + 1, 0) if end_of_epoch
+                            else (epoch, batch + 1))
+                take_snapshot(args.snapshot, rank, model, optimizer,
+                              *position, step, args)
+                log(f"snapshot at step {step}: epoch {position[0]}, "
+                    f"batch {position[1]}", rank)
         batches_done = 0
         loss, accuracy = evaluate(model, dataset, devices[-1])
         log(f"epoch {epoch}: loss {loss:.4f}, accuracy {accuracy:.1%}", rank)
 
     if args.final and rank == 0:
-        save_snapshot(args.final, model.module.state_dict())  # atomically, as a snapshot
+        # atomically, as a snapshot
+        save_snapshot(args.final, model.module.state_dict())
     log(f"done: {step} steps", rank)
     # The model goes before the group it talks over. Left to the end of main,
     # its C++ Reducer would destroy the group holding the GIL, while a gloo
-    # thread may need the GIL to finish: a deadlock (ddp_lab.launcher.keep_groups).
+    # thread may need the GIL to finish: a deadlock
+    # (ddp_lab.launcher.keep_groups).
     del model
     dist.destroy_process_group()
 
