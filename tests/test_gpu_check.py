@@ -495,11 +495,14 @@ def test_the_all_reduce_measurement_runs_on_gloo_ranks_and_renders():
         assert row["busbw"] == pytest.approx(row["algbw"])  # 2(W-1)/W = 1 for W = 2
     document = two_gpu_document(measurement)  # validated by assemble
     text = report([document], "all_reduce")
-    assert text.splitlines()[0] == ("all-reduce, measured on 2 × Test GPU on 2026-01-10 (driver 550.0, CUDA 12.4, "
-                                    "NCCL 2.21.5, torch 2.13.0+cu124)")
-    assert text.splitlines()[1] == "gloo, 2 rank(s) on cpu, float32, 2 repeats of 2 calls per size, timed with perf_counter"
-    assert text.splitlines()[3].split() == ["size", "time", "min", "median", "max", "algbw", "busbw", "busbw", "best"]
-    assert text.splitlines()[4].split()[:2] == ["1", "KiB"]
+    assert max(map(len, text.splitlines())) <= 80  # the book's text column
+    assert one_line(text).startswith("all-reduce, measured on 2 × Test GPU on 2026-01-10 (driver 550.0, CUDA 12.4, "
+                                     "NCCL 2.21.5, torch 2.13.0+cu124) gloo, 2 rank(s) on cpu, float32, 2 repeats "
+                                     "of 2 calls per size, timed with perf_counter")
+    header = next(i for i, line in enumerate(text.splitlines()) if line.split()[:1] == ["size"])
+    assert text.splitlines()[header].split() == ["size", "time", "min", "median", "max", "algbw", "busbw", "busbw",
+                                                 "best"]
+    assert text.splitlines()[header + 1].split()[:2] == ["1", "KiB"]
 
 
 def test_the_cpu_examples_check_passes_where_auto_picks_gloo():
@@ -529,6 +532,11 @@ def test_elapsed_seconds_on_the_cpu_is_the_clock():
 # --- the pages ---------------------------------------------------------------------------
 
 
+def one_line(text: str) -> str:
+    """``text`` with its line breaks and runs of spaces as single spaces: what was wrapped, unwrapped."""
+    return " ".join(text.split())
+
+
 def test_the_pages_say_no_measurement_is_stored_in_an_empty_folder(tmp_path):
     assert gpu_results_text("all_reduce", tmp_path) == NO_MEASUREMENT
     assert no_results_message(tmp_path) == NO_MEASUREMENT
@@ -541,9 +549,11 @@ def test_the_pages_render_a_dry_run_file_as_measuring_nothing(tmp_path):
     text = gpu_results_text("all", tmp_path)
     assert text.startswith("GPU checks, made without a GPU (--allow-no-gpu) on 2026-01-10: torch ")
     assert f"0 passed, 0 failed, {len(CHECKS)} skipped" in text
-    assert "skipped  train_spanning_two_gpus: train.py under torchrun, each process spanning two GPUs\n" \
+    assert max(map(len, text.splitlines())) <= 80  # the book's text column
+    assert "skipped  train_spanning_two_gpus: train.py under torchrun, each process spanning\n" \
+           "         two GPUs\n" \
            "         needs 2 CUDA GPUs; this machine has 0" in text
-    assert text.endswith("host-to-GPU copies: not measured (skipped): needs a CUDA GPU; this machine has 0")
+    assert one_line(text).endswith("host-to-GPU copies: not measured (skipped): needs a CUDA GPU; this machine has 0")
     assert gpu_results_text("host_to_device", tmp_path).startswith("host-to-GPU copies, made without a GPU")
     assert draw_all_reduce_busbw(stored_results(tmp_path)) is None
 
@@ -553,13 +563,18 @@ def test_the_pages_render_a_gpu_file(tmp_path):
                                          backend="nccl", device="cuda:0", repeats=2, iterations=20)
     write(two_gpu_document(measurement), tmp_path)
     text = gpu_results_text("all", tmp_path)
-    assert text.startswith("GPU checks, measured on 2 × Test GPU on 2026-01-10 (driver 550.0, CUDA 12.4, ")
-    assert "nccl, 2 rank(s) on cuda, float32, 2 repeats of 20 calls per size, timed with cuda events" in text
-    assert "     1 MiB     100 us     200 us     300 us" in text
+    assert max(map(len, text.splitlines())) <= 80  # the book's text column
+    assert one_line(text).startswith("GPU checks, measured on 2 × Test GPU on 2026-01-10 (driver 550.0, CUDA 12.4, ")
+    assert "nccl, 2 rank(s) on cuda, float32, 2 repeats of 20 calls per size, timed with cuda events" in one_line(text)
+    assert "    1 MiB    100 us    200 us    300 us" in text
     copies = gpu_results_text("host_to_device", tmp_path).splitlines()
-    assert copies[1] == "host to device (cuda:0), 3 repeats per size, timed with cuda events"
-    assert copies[3].split()[:5] == ["1", "MiB", "2.10", "GB/s", "10.49"]
-    assert "5.00x" in copies[3]
+    assert max(map(len, copies)) <= 80
+    header = next(i for i, line in enumerate(copies) if line.split()[:1] == ["size"])
+    assert one_line("\n".join(copies[:header + 1])).endswith(
+        "host to device (cuda:0), 3 repeats per size, timed with cuda events size pageable pinned pinned/pageable")
+    assert copies[header + 1].split()[:5] == ["1", "MiB", "2.10", "GB/s", "10.49"]
+    assert "5.00x" in copies[header + 1]
+    assert copies[header + 3].split() == ["size", "pageable", "min-max", "pinned", "min-max"]  # the times, apart
     figure = draw_all_reduce_busbw(stored_results(tmp_path))
     assert figure.axes[0].get_legend().get_texts()[0].get_text() == "2 × Test GPU, nccl, 2026-01-10"
     assert measured_on(stored_results(tmp_path)[0]).startswith("measured on 2 × Test GPU on 2026-01-10")

@@ -21,6 +21,7 @@ Only the plot needs matplotlib, and imports it when asked.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from ddp_lab.gpu_check.machine import gpu_names
@@ -36,6 +37,14 @@ PARTS = ("all", "checks", "all_reduce", "host_to_device")
 # The check that measures each part.
 MEASURED_BY = {"all_reduce": "all_reduce_bandwidth", "host_to_device": "host_to_device_copy"}
 TITLES = {"all_reduce": "all-reduce", "host_to_device": "host-to-GPU copies"}
+# Every line this module prints fits the book's text column (Chapter 14's
+# stored report is read on a phone as well as on a desktop).
+WIDTH = 80
+
+
+def wrapped(text: str, indent: str = "") -> str:
+    """``text`` as lines of at most WIDTH characters, every line but the first indented."""
+    return textwrap.fill(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def show_gpu_results(part="all", folder=None, *, plot=False):
@@ -98,11 +107,11 @@ def measured_on(document) -> str:
 def checks_table(document) -> str:
     """Every check of one run: its status and what it saw, or why it did not run."""
     summary = document["summary"]
-    lines = [f"GPU checks, {measured_on(document)}:",
+    lines = [wrapped(f"GPU checks, {measured_on(document)}:", "  "),
              f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped"]
     for check in document["checks"]:
-        lines.append(f"{check['status']:<8} {check['name']}: {check['title']}")
-        lines.append(f"{'':<8} {check['outcome']}")
+        lines.append(wrapped(f"{check['status']:<8} {check['name']}: {check['title']}", " " * 9))
+        lines.append(wrapped(f"{'':<8} {check['outcome']}", " " * 9))
     return "\n".join(lines)
 
 
@@ -110,41 +119,45 @@ def _measurement_block(document, part, *, heading):
     check = next((c for c in document["checks"] if c["name"] == MEASURED_BY[part]), None)
     title = f"{TITLES[part]}, {measured_on(document)}" if heading else TITLES[part]
     if check is None:
-        return f"{title}: not measured: the run did not include {MEASURED_BY[part]}"
+        return wrapped(f"{title}: not measured: the run did not include {MEASURED_BY[part]}", "  ")
     if check["status"] != "passed":
-        return f"{title}: not measured ({check['status']}): {check['outcome']}"
+        return wrapped(f"{title}: not measured ({check['status']}): {check['outcome']}", "  ")
     table = all_reduce_table if part == "all_reduce" else copy_table
-    return f"{title}\n{table(check['measurement'])}"
+    return f"{wrapped(title, '  ')}\n{table(check['measurement'])}"
 
 
 def all_reduce_table(measurement) -> str:
     """Time per call (min, median, max), algbw and busbw at each size."""
     m = measurement
-    lines = [f"{m['backend']}, {m['world_size']} rank(s) on {m['device'].split(':')[0]}, {m['dtype']}, "
-             f"{m['repeats']} repeats of {m['iterations']} calls per size, timed with {m['timer']}",
-             m["note"],
-             f"{'size':>10}{'time min':>11}{'median':>11}{'max':>11}{'algbw':>13}{'busbw':>13}{'busbw best':>13}"]
+    lines = [wrapped(f"{m['backend']}, {m['world_size']} rank(s) on {m['device'].split(':')[0]}, {m['dtype']}, "
+                     f"{m['repeats']} repeats of {m['iterations']} calls per size, timed with {m['timer']}"),
+             wrapped(m["note"]),
+             f"{'size':>9}{'time min':>10}{'median':>10}{'max':>10}{'algbw':>13}{'busbw':>13}{'busbw best':>13}"]
     for row in m["rows"]:
         seconds = row["seconds"]
-        lines.append(f"{format_bytes(row['bytes']):>10}{format_seconds(seconds['min']):>11}"
-                     f"{format_seconds(seconds['median']):>11}{format_seconds(seconds['max']):>11}"
+        lines.append(f"{format_bytes(row['bytes']):>9}{format_seconds(seconds['min']):>10}"
+                     f"{format_seconds(seconds['median']):>10}{format_seconds(seconds['max']):>10}"
                      f"{format_rate(row['algbw']):>13}{format_rate(row['busbw']):>13}"
                      f"{format_rate(row['busbw_best']):>13}")
     return "\n".join(lines)
 
 
 def copy_table(measurement) -> str:
-    """Bandwidth (from the median time) of pageable and pinned copies at each size."""
+    """Bandwidth (from the median time) of pageable and pinned copies at each
+    size, then each copy's fastest and slowest time: two tables of 80 columns."""
     m = measurement
-    lines = [f"{m['direction']} ({m['device']}), {m['repeats']} repeats per size, timed with {m['timer']}",
-             f"{'size':>10}{'pageable':>13}{'pinned':>13}{'pinned/pageable':>17}"
-             f"{'pageable min-max':>22}{'pinned min-max':>22}"]
+    lines = [wrapped(f"{m['direction']} ({m['device']}), {m['repeats']} repeats per size, "
+                     f"timed with {m['timer']}"),
+             f"{'size':>10}{'pageable':>13}{'pinned':>13}{'pinned/pageable':>17}"]
     for row in m["rows"]:
         pageable, pinned = row["pageable"], row["pinned"]
         lines.append(f"{format_bytes(row['bytes']):>10}{format_rate(pageable['bandwidth']):>13}"
                      f"{format_rate(pinned['bandwidth']):>13}"
-                     f"{pinned['bandwidth'] / pageable['bandwidth']:>16.2f}x"
-                     f"{_time_range(pageable['seconds']):>22}{_time_range(pinned['seconds']):>22}")
+                     f"{pinned['bandwidth'] / pageable['bandwidth']:>16.2f}x")
+    lines += ["", f"{'size':>10}{'pageable min-max':>22}{'pinned min-max':>22}"]
+    for row in m["rows"]:
+        lines.append(f"{format_bytes(row['bytes']):>10}{_time_range(row['pageable']['seconds']):>22}"
+                     f"{_time_range(row['pinned']['seconds']):>22}")
     return "\n".join(lines)
 
 
@@ -208,14 +221,15 @@ def step_profile_lines(summary) -> list[str]:
     calls = summary["collectives"]
     longest = max((c["dur_us"] for c in calls), default=0.0)
     model = summary["model"]
-    return [layout_title(summary) + f": an MLP of {model['layers']} layers of {model['width']}, batch "
-            f"{model['batch']}, {format_bytes(model['parameter_bytes'])} of parameters",
-            f"  CPU: {phases}",
-            f"  {len(calls)} all-reduce calls ({calls[0]['name'] if calls else 'none'}), the longest "
-            f"{format_seconds(longest / 1e6)} on the CPU",
-            f"  GPU: {kinds.count('compute')} compute kernels, {kinds.count('nccl')} NCCL kernels, "
-            f"{kinds.count('copy')} copies, on {len(summary['streams'])} stream(s); communication beside "
-            f"backward's kernels: {format_seconds(summary['overlap_us'] / 1e6)}"]
+    lines = [layout_title(summary) + f": an MLP of {model['layers']} layers of {model['width']}, batch "
+             f"{model['batch']}, {format_bytes(model['parameter_bytes'])} of parameters",
+             f"  CPU: {phases}",
+             f"  {len(calls)} all-reduce calls ({calls[0]['name'] if calls else 'none'}), the longest "
+             f"{format_seconds(longest / 1e6)} on the CPU",
+             f"  GPU: {kinds.count('compute')} compute kernels, {kinds.count('nccl')} NCCL kernels, "
+             f"{kinds.count('copy')} copies, on {len(summary['streams'])} stream(s); communication beside "
+             f"backward's kernels: {format_seconds(summary['overlap_us'] / 1e6)}"]
+    return [wrapped(line, "    ") for line in lines]
 
 
 def show_step_profiles(folder=None):
@@ -232,7 +246,7 @@ def show_step_profiles(folder=None):
     from ddp_lab.gpu_check.step_profile import with_communication_marked
 
     for document, summaries in found:
-        print(f"A DDP step under torch.profiler, {measured_on(document)}:")
+        print(wrapped(f"A DDP step under torch.profiler, {measured_on(document)}:", "  "))
         for summary in summaries:
             print("\n".join(step_profile_lines(summary)))
         display(draw_step_profile([with_communication_marked(s) for s in summaries],
