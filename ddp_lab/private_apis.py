@@ -104,15 +104,17 @@ PRIVATE_APIS = (
     PrivateAPI(
         "torch.nn.parallel.DistributedDataParallel._get_ddp_logging_data",
         ("book/part3_ddp/08_distributed_data_parallel.ipynb", "ddp_lab/cluster/measure.py",
-         "book/part3_ddp/08b_ddp_in_practice.ipynb"),
+         "book/part3_ddp/08b_ddp_in_practice.ipynb", "book/part3_ddp/08c_uneven_batchnorm_compile.ipynb"),
         "The bucket sizes DDP settled on after its first iterations: Chapter 8 prints them, and "
         "Chapter 12b's settings (cluster/measure.py) were chosen from them; Chapter 8b reads "
-        "can_set_static_graph and the number of graphs compiled from it. No public API tells.", TORCH),
+        "can_set_static_graph from it, Chapter 8c the number of graphs compiled. No public API tells.", TORCH),
     PrivateAPI(
         "torch.distributed.ProcessGroup._get_sequence_number_for_group",
-        ("book/part2_communication/05_collectives.ipynb", "book/part3_ddp/08b_ddp_in_practice.ipynb"),
+        ("book/part2_communication/05_collectives.ipynb", "book/part3_ddp/08b_ddp_in_practice.ipynb",
+         "book/part3_ddp/08c_uneven_batchnorm_compile.ipynb"),
         "How many collectives a group has run: Chapter 5 counts the collectives one call issues, "
-        "Chapter 8b the all-reduces a step under no_sync and with unused parameters runs.", TORCH),
+        "Chapter 8b the all-reduces a step under no_sync and with unused parameters runs, Chapter 8c "
+        "those of each step under Join and of Join's exit.", TORCH),
     PrivateAPI(
         "torch._C._distributed_c10d._dump_fr_trace", ("ddp_lab/debugging/flight_recorder.py",),
         "A rank's flight record, pickled: the function NCCL's dump on a timeout calls, the only way to "
@@ -135,16 +137,17 @@ PRIVATE_APIS = (
         "Python class ProcessGroup (its own entry in the class's __dict__): Labs 2 and 3 wrap it to "
         "record each message the reader's code sends. That all sends pass there is not promised.", TORCH),
     PrivateAPI(
-        "torch._dynamo", ("ddp_lab/launcher/forkserver_preload.py", "book/part3_ddp/08b_ddp_in_practice.ipynb"),
+        "torch._dynamo", ("ddp_lab/launcher/forkserver_preload.py",
+                          "book/part3_ddp/08c_uneven_batchnorm_compile.ipynb"),
         "Imported once in the forkserver, which every rank is forked from: any rank that builds an "
         "optimizer imports it (about a second), so a rank forked after it gets it for free (Chapter 3). "
-        "Chapter 8b sets torch._dynamo.config.optimize_ddp and calls torch._dynamo.reset() to show "
+        "Chapter 8c sets torch._dynamo.config.optimize_ddp and calls torch._dynamo.reset() to show "
         "DDPOptimizer's graph breaks per bucket: torch.compile has no public switch for either.",
         TORCH),
     PrivateAPI(
-        "torch._logging.set_logs", ("book/part3_ddp/08b_ddp_in_practice.ipynb",),
+        "torch._logging.set_logs", ("book/part3_ddp/08c_uneven_batchnorm_compile.ipynb",),
         "Silences dynamo's warning that DDP's record_function is ignored, which would print a "
-        "machine-dependent line in Chapter 8b's compile cell. The documented way to set torch's "
+        "machine-dependent line in Chapter 8c's compile cell. The documented way to set torch's "
         "log levels (torch._logging docs), in a private module.", TORCH),
     PrivateAPI(
         "torch.nn.Module._forward_pre_hooks", ("tests/test_checkpointing.py",),

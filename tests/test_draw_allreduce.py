@@ -51,3 +51,31 @@ def test_arrows_carry_the_chunk_labels_of_the_step(ring_run):
 def test_the_animation_has_one_frame_per_step_plus_the_inputs(ring_run):
     html = draw.animate(ring_run).to_jshtml()
     assert html.count("data:image/png;base64") == 5
+
+
+def test_every_number_is_legible_on_a_phone(ring_run):
+    """Shown in a 390 px phone's 358 px column, no text of any frame is under 10 px."""
+    from ddp_lab.draw import MIN_TEXT_PX, PHONE_COLUMN_PX, smallest_shown_px
+
+    for frame in range(len(ring_run.traces[0].steps) + 1):
+        fig, ax = draw.new_axes()
+        draw.draw_frame(ring_run, frame, ax)
+        assert smallest_shown_px(fig, column_px=PHONE_COLUMN_PX) >= MIN_TEXT_PX, frame
+        plt.close(fig)
+
+
+def test_the_html_prints_a_strip_of_every_step_and_hides_the_player(ring_run):
+    import re
+
+    page = draw.to_html(ring_run).data
+    steps = len(ring_run.traces[0].steps)
+    strip = page[page.index('class="ddp-print-strip"'):]
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", strip)
+    assert captions == ["the inputs"] + [f"step {s} of {steps} ({ring_run.traces[0].steps[s - 1].phase})"
+                                         for s in range(1, steps + 1)]
+    assert strip.count("data:image/png;base64") == steps + 1
+    style = page[page.index("<style>"):page.index("</style>")]
+    screen, printed = style.split("@media print")
+    assert re.search(r"\.ddp-print-strip \{ display: none; \}", screen)  # hidden on screen
+    assert re.search(r"\.ddp-player \{ display: none", printed)         # the dead buttons are not printed
+    assert re.search(r"\.ddp-print-strip \{ display: flex", printed)

@@ -50,7 +50,7 @@ def draw_fsdp_timeline(record, *, ax=None, title: str | None = None, xmax: float
     """Draw one :class:`~ddp_lab.data_parallel.fsdp.StepRecord`; return the figure."""
     _check(record)
     if ax is None:
-        fig, ax = plt.subplots(figsize=(9.5, 2.4))
+        fig, ax = plt.subplots(figsize=(7.2, 2.4))
         plt.close(fig)  # shown once, as the cell's value
     colours = _layer_colours(record)
     top = len(ROWS) - 1
@@ -90,7 +90,7 @@ def draw_fsdp_timelines(records: Sequence, *, titles: Sequence[str] | None = Non
     for record in records:
         _check(record)
     xmax = max(_end(r) for r in records) * MS * 1.02
-    fig, axes = plt.subplots(len(records), 1, figsize=(9.5, 0.7 + 2.35 * len(records)), sharex=True,
+    fig, axes = plt.subplots(len(records), 1, figsize=(7.2, 0.7 + 2.35 * len(records)), sharex=True,
                              squeeze=False)
     plt.close(fig)
     for i, (ax, record) in enumerate(zip(axes[:, 0], records)):

@@ -44,7 +44,7 @@ def draw_step_profile(summaries: Sequence[dict], *, titles: Sequence[str] | None
     if len(titles) != len(summaries):
         raise ValueError(f"{len(titles)} titles for {len(summaries)} summaries")
     heights = [2 + len(s["streams"]) for s in summaries]
-    figure, axes = plt.subplots(len(summaries), 1, figsize=(9, 0.55 * sum(heights) + 1.2 * len(summaries)),
+    figure, axes = plt.subplots(len(summaries), 1, figsize=(7.2, 0.55 * sum(heights) + 1.2 * len(summaries)),
                                 gridspec_kw={"height_ratios": heights}, squeeze=False)
     plt.close(figure)
     for ax, summary, title in zip(axes[:, 0], summaries, titles):

@@ -5,6 +5,8 @@
 * :func:`draw_pipeline_schedule`: the slots of :func:`ddp_lab.model_parallel.pipeline.pipeline_schedule`
   as a Gantt chart, one row per stage, idle time hatched;
 * :func:`draw_pipeline_schedules`: GPipe above 1F1B for the same P and M;
+* :func:`draw_bubble_fractions`: the measured bubble of each schedule
+  against M, with the formula (Chapter 15c);
 * :func:`draw_tensor_parallel`: the Megatron split of an MLP block over two GPUs.
 
 Each returns a matplotlib Figure (closed in pyplot, so a notebook shows it
@@ -24,10 +26,11 @@ from ddp_lab.model_parallel.pipeline import bubble_fraction, pipeline_schedule
 from ddp_lab.validate import check_int_between
 
 __all__ = ["draw_dataparallel_vs_ddp", "draw_pipeline_schedule", "draw_pipeline_schedules",
-           "draw_tensor_parallel"]
+           "draw_bubble_fractions", "draw_tensor_parallel"]
 
 GPU_COLOURS = (BLUE, ORANGE, GREEN, PURPLE, SKY_BLUE, VERMILLION, YELLOW, GREY)
 FORWARD, BACKWARD, IDLE = SKY_BLUE, BLUE, "#EEEEEE"
+SLOT_FONT = 8  # points: 11 px in a figure no wider than the book's column; a slot too narrow for it is not labelled
 
 
 def _box(ax, x, y, w, h, *, face, edge="0.3", radius=0.08, lw=1.0, z=1, alpha=1.0):
@@ -45,7 +48,8 @@ def _arrow(ax, start, end, *, colour="0.25", both=False, rad=0.0, lw=1.3, z=3):
 
 def _gpu(ax, cx, cy, label, colour, size=0.78):
     _box(ax, cx - size / 2, cy - size / 2, size, size, face=colour, edge="0.2", radius=0.06, z=4)
-    ax.text(cx, cy, label, ha="center", va="center", fontsize=9, color="white", fontweight="bold", zorder=5)
+    ax.text(cx, cy, label, ha="center", va="center", fontsize=9 if size > 0.7 else 8, color="white",
+            fontweight="bold", zorder=5)
 
 
 def _steps(ax, lines):
@@ -69,7 +73,7 @@ def _towards(a, b, half_a, half_b):
 def draw_dataparallel_vs_ddp(gpus: int = 4) -> Figure:
     """DataParallel (one process, GPU 0 as hub) beside DDP (one process per GPU, a ring)."""
     check_int_between('gpus', gpus, 2, 8)
-    fig, axes = plt.subplots(1, 2, figsize=(10.0, 5.0))
+    fig, axes = plt.subplots(1, 2, figsize=(8.4, 4.2))
     plt.close(fig)
     for ax in axes:
         ax.set_xlim(0, 5)
@@ -108,7 +112,7 @@ def draw_dataparallel_vs_ddp(gpus: int = 4) -> Figure:
         _arrow(ax, *_towards(point, points[(k + 1) % gpus], 0.52, 0.52), colour=GREEN, lw=1.6)
     for k, (x, y) in enumerate(points):
         _box(ax, x - 0.5, y - 0.5, 1.0, 1.0, face=PANEL, edge="0.4", radius=0.1, z=3)
-        ax.text(x, y + 0.36, f"process {k}", ha="center", va="center", fontsize=7.5, color="0.3", zorder=5)
+        ax.text(x, y + 0.36, f"process {k}", ha="center", va="center", fontsize=8, color="0.3", zorder=5)
         _gpu(ax, x, y - 0.08, f"GPU {k}", GPU_COLOURS[k % len(GPU_COLOURS)], size=0.6)
     ax.text(*centre, "ring\nall-reduce", ha="center", va="center", fontsize=8.5, color=GREEN)
     steps = ["every step, in every process:",
@@ -131,18 +135,21 @@ def draw_pipeline_schedule(slots, *, ax=None, title: str | None = None) -> Figur
     stages = max(s.stage for s in slots) + 1
     end = max(s.end for s in slots)
     if ax is None:
-        fig, ax = plt.subplots(figsize=(9.0, 0.55 * stages + 1.0))
+        fig, ax = plt.subplots(figsize=(7.2, 0.55 * stages + 1.0))
         plt.close(fig)
     for stage in range(stages):
         y = stages - 1 - stage
         ax.add_patch(Rectangle((0, y - 0.4), end, 0.8, facecolor=IDLE, edgecolor="none", hatch="///", zorder=0))
+    points_per_unit = ax.get_window_extent().width * 72 / ax.figure.dpi / end
     for slot in slots:
         y = stages - 1 - slot.stage
         colour = FORWARD if slot.phase == "F" else BACKWARD
         ax.add_patch(Rectangle((slot.start, y - 0.4), slot.end - slot.start, 0.8, facecolor=colour,
                                edgecolor="white", linewidth=1.0, zorder=2))
-        ax.text((slot.start + slot.end) / 2, y, f"{slot.phase}{slot.microbatch}", ha="center", va="center",
-                fontsize=7.5, color="black" if slot.phase == "F" else "white", zorder=3)
+        label = f"{slot.phase}{slot.microbatch}"
+        if 0.6 * SLOT_FONT * len(label) + 1 <= (slot.end - slot.start) * points_per_unit:  # else it would spill
+            ax.text((slot.start + slot.end) / 2, y, label, ha="center", va="center",
+                    fontsize=SLOT_FONT, color="black" if slot.phase == "F" else "white", zorder=3)
     ax.set_xlim(0, end)
     ax.set_ylim(-0.6, stages - 0.4)
     ax.set_yticks(range(stages), [f"stage {s}\n(GPU {s})" for s in range(stages)][::-1], fontsize=8)
@@ -156,7 +163,7 @@ def draw_pipeline_schedule(slots, *, ax=None, title: str | None = None) -> Figur
 
 def draw_pipeline_schedules(stages: int = 4, microbatches: int = 8) -> Figure:
     """GPipe above 1F1B, same stages and micro-batches: same bubble, different memory."""
-    fig, axes = plt.subplots(2, 1, figsize=(9.5, 1.1 * stages + 2.4), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(7.2, 1.1 * stages + 2.4), sharex=True)
     plt.close(fig)
     bubble = bubble_fraction(stages, microbatches)
     for ax, schedule, note in [(axes[0], "gpipe", f"all forwards first: each stage holds {microbatches} "
@@ -175,6 +182,53 @@ def draw_pipeline_schedules(stages: int = 4, microbatches: int = 8) -> Figure:
                  f"{bubble:.0%} of the step", fontsize=11, y=0.955)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
+
+
+def draw_bubble_fractions(bubble, *, stages: int, ax=None, title: str | None = None,
+                          names=(("gpipe", "GPipe"), ("1f1b", "1F1B"))) -> Figure:
+    """The idle fraction of a step against M: each schedule measured, and the formula (P-1)/(M+P-1).
+
+    ``bubble`` maps ``(schedule, M)`` to a measured fraction (Chapter 15c's
+    ``measured_bubble`` of each timed step). Each point is labelled with its
+    percentage: at each M the higher of the two schedules above its point,
+    the lower below, on a white ground that the lines pass under, so that no
+    label lies on another, on a marker or on a line.
+    """
+    check_int_between("stages", stages, 2, 1024)
+    counts = sorted({m for _, m in bubble})
+    if not counts:
+        raise ValueError("draw_bubble_fractions needs at least one measured (schedule, M)")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7.2, 3.6))
+        plt.close(fig)
+    many = range(1, max(counts) + 1)
+    ax.plot(many, [bubble_fraction(stages, m) for m in many], color="0.3", linestyle="--",
+            label=f"(P-1)/(M+P-1), P = {stages}", zorder=1)
+    drawn = [(key, name) for key, name in names if any((key, m) in bubble for m in counts)]
+    for (key, name), colour, marker in zip(drawn, (BLUE, ORANGE, GREEN, PURPLE), ("o", "s", "^", "D")):
+        ms = [m for m in counts if (key, m) in bubble]
+        ax.plot(ms, [bubble[key, m] for m in ms], color=colour, marker=marker, label=f"{name}, measured", zorder=2)
+        for m in ms:
+            others = [bubble[k, m] for k, _ in drawn if k != key and (k, m) in bubble]
+            above = all(bubble[key, m] > o or (bubble[key, m] == o and drawn[0][0] == key) for o in others)
+            ax.annotate(f"{bubble[key, m]:.0%}", (m, bubble[key, m]), textcoords="offset points",
+                        xytext=(0, 8 if above else -8), ha="center", va="bottom" if above else "top",
+                        fontsize=10, color=colour, zorder=4,
+                        bbox=dict(boxstyle="round,pad=0.1", facecolor="white", edgecolor="none", alpha=0.9))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(counts, [str(m) for m in counts])
+    ax.minorticks_off()
+    ax.set_xlim(0.9, max(counts) * 1.3)
+    ax.set_ylim(0, max(0.55, max(bubble.values()) + 0.1))
+    ax.yaxis.set_major_formatter(lambda value, _: f"{value:.0%}")
+    ax.set_xlabel("micro-batches per step, M", fontsize=10)
+    ax.set_ylabel("idle fraction of the step", fontsize=10)
+    ax.tick_params(labelsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(frameon=False, fontsize=10, loc="upper right")
+    if title:
+        ax.set_title(title, fontsize=10.5, loc="left")
+    return ax.figure
 
 
 def _matrix(ax, x, y, w, h, label, colour, *, text_colour="white", z=2):

@@ -52,7 +52,7 @@ def draw_timeline(timeline, *, ax=None, title: str | None = None, xmax: float | 
     _check(timeline)
     buckets = len(timeline.buckets)
     if ax is None:
-        fig, ax = plt.subplots(figsize=(9, 0.9 + 0.42 * (buckets + 1)))
+        fig, ax = plt.subplots(figsize=(7.2, 0.9 + 0.42 * (buckets + 1)))
         plt.close(fig)  # shown once, as the cell's value
     colour_of_layer = _layer_colours(timeline)
     backward_row = buckets  # rows: the backward pass on top, then bucket 0, 1, ... downwards
@@ -98,7 +98,7 @@ def draw_timelines(timelines: Sequence, *, titles: Sequence[str] | None = None) 
         _check(timeline)
     xmax = max(t.backward_end for t in timelines) * MS * 1.04
     rows = [len(t.buckets) + 1 for t in timelines]
-    fig, axes = plt.subplots(len(timelines), 1, figsize=(9, 1.2 + 0.42 * sum(rows) + 0.5 * len(timelines)),
+    fig, axes = plt.subplots(len(timelines), 1, figsize=(7.2, 1.2 + 0.42 * sum(rows) + 0.5 * len(timelines)),
                              sharex=True, squeeze=False,
                              gridspec_kw={"height_ratios": [r + 1.2 for r in rows]})
     plt.close(fig)

@@ -80,12 +80,22 @@ def palette_css() -> str:
     return ".ddp-control {\n" + "".join(f"  --ddp-{name}: {colour};\n" for name, colour in variables.items()) + "}\n"
 
 
-def figure_html(figure, *, alt: str, dpi: int = 80) -> str:
-    """A matplotlib figure as an ``<img>`` (PNG, embedded), for static pictures."""
+def figure_html(figure, *, alt: str, dpi: int = 90) -> str:
+    """A matplotlib figure as an ``<img>`` (PNG, embedded), for static pictures.
+
+    Drawn at ``RETINA`` (2) times ``dpi`` and shown at the width it has at
+    ``dpi`` (the ``width`` attribute), so that it is sharp on a HiDPI screen, as
+    the book's figures are (``ddp_lab.draw``); ``controls.css`` lets it
+    shrink to a narrower column.
+    """
+    from ddp_lab.draw import RETINA
+
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return (f'<img class="ddp-static-figure" alt="{html.escape(alt)}" '
+    figure.savefig(buffer, format="png", dpi=dpi * RETINA, bbox_inches="tight")
+    png = buffer.getvalue()
+    width = int.from_bytes(png[16:20], "big") // RETINA  # the PNG header's width, in pixels
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<img class="ddp-static-figure" alt="{html.escape(alt)}" width="{width}" '
             f'src="data:image/png;base64,{data}">')
 
 
