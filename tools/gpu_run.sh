@@ -40,7 +40,8 @@ timeout 230 python3 -m pytest -p no:cacheprovider -n 8 -q --tb=short -rfEs --jun
   tests/test_gpu_check.py tests/test_step_profile.py tests/test_train_gpu.py tests/test_devices.py \
   book/part1_foundations/03_process_groups.ipynb book/part2_communication/04_point_to_point.ipynb \
   book/part2_communication/05_collectives.ipynb book/part2_communication/06_ring_allreduce.ipynb \
-  book/part3_ddp/08b_ddp_in_practice.ipynb book/part3_ddp/09_data_distribution.ipynb \
+  book/part3_ddp/08b_ddp_in_practice.ipynb book/part3_ddp/08c_uneven_batchnorm_compile.ipynb \
+  book/part3_ddp/09_data_distribution.ipynb \
   book/part4_running/11_torchrun.ipynb book/part4_running/14_gpus.ipynb labs/lab5_torchrun.ipynb \
   >"$OUT/pytest.txt" 2>&1
 echo "pytest: exit status $?, ${SECONDS} s"
