@@ -117,6 +117,10 @@ def test_find_straggler_thresholds_and_bad_input():
     assert (verdict.straggler, verdict.least_waiting) == (3, 0)
     assert "computed longest and waited least" not in str(verdict)
     assert "100.0 ms per step more" in str(verdict) and "rank 0 waited least" in str(verdict)
+    # printed, a verdict fits the book's pages (80 characters); .sentence is one line
+    for verdict in (find_straggler(slow), verdict):
+        assert max(map(len, str(verdict).splitlines())) <= 80 and "\n" in str(verdict)
+        assert str(verdict).replace("\n", " ") == verdict.sentence
     with pytest.raises(ValueError, match="at least 2 ranks"):
         find_straggler(even[:1])
     with pytest.raises(ValueError, match="tolerance"):
@@ -201,12 +205,20 @@ def test_hung_job_refuses_bad_arguments(tmp_path):
 # ---- the Lab 5b checker -----------------------------------------------------------------
 
 REFERENCE = {
-    "checkpoint_order": dict(cause="collective_order", line=58, ranks=[0]),
-    "uneven_shards": dict(cause="uneven_data", line=41, ranks=[2, 3]),
-    "batchnorm": dict(cause="unsynchronised_buffer", line=22),
+    "checkpoint_order": dict(cause="collective_order", line=61, ranks=[0]),
+    "uneven_shards": dict(cause="uneven_data", line=43, ranks=[2, 3]),
+    "batchnorm": dict(cause="unsynchronised_buffer", line=23),
     "ring_sends": dict(cause="blocking_sends", line=21),
-    "slow_rank": dict(cause="straggler", line=48, ranks=[2]),
+    "slow_rank": dict(cause="straggler", line=51, ranks=[2]),
 }
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_lab_scripts_fit_the_page_with_their_line_numbers(bug):
+    # Lab 5b prints each script with a 4-character line number in front: 76 + 4 = 80
+    lines = book_script(BUGS[bug].script).read_text().splitlines()
+    wide = [(number, len(line)) for number, line in enumerate(lines, 1) if len(line) > 76]
+    assert wide == [], f"{BUGS[bug].script}: lines over 76 characters (number, length): {wide}"
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
@@ -222,11 +234,11 @@ def test_wrong_diagnoses_are_explained():
     assert "rank 0 waiting in barrier()" in cause
     assert "line 3 is `torchrun --standalone" in line
     assert "not rank(s) 1, 2, 3" in ranks and "rank 0 is the one whose order" in ranks
-    result = check_diagnosis("uneven_shards", cause="uneven_data", line=41)
+    result = check_diagnosis("uneven_shards", cause="uneven_data", line=43)
     assert [m.kind for m in result.mistakes] == ["no_ranks"] and "ranks 2 and 3 get 5 samples" in str(result)
-    result = check_diagnosis("batchnorm", cause="rank_dependent_seed", line=22)
+    result = check_diagnosis("batchnorm", cause="rank_dependent_seed", line=23)
     assert "running_mean and running_var" in str(result.mistakes[0])
-    result = check_diagnosis("slow_rank", cause="straggler", line=48, ranks=0)
+    result = check_diagnosis("slow_rank", cause="straggler", line=51, ranks=0)
     assert "not rank(s) 0" in str(result.mistakes[0])
 
 
@@ -238,7 +250,7 @@ def test_diagnosis_refuses_bad_input():
     with pytest.raises(ValueError, match="line must be a line number"):
         check_diagnosis("slow_rank", cause="straggler", line=0)
     with pytest.raises(ValueError, match="ranks must be a rank or a list of ranks"):
-        check_diagnosis("slow_rank", cause="straggler", line=48, ranks=["x"])
+        check_diagnosis("slow_rank", cause="straggler", line=51, ranks=["x"])
 
 
 def _copy_with(tmp_path, bug, old, new):

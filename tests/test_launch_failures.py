@@ -93,7 +93,9 @@ def test_a_failed_rank_is_shown_with_the_readers_frames_not_the_launchers():
             "ValueError: rank one is unhappy") in text
     assert "in test_a_failed_rank_is_shown_with_the_readers_frames_not_the_launchers" in text
     assert "RankFailed: rank 1 raised ValueError: rank one is unhappy\n" in text
-    assert "rank 0: waiting in barrier()" in text.splitlines()[-1]
+    # the last lines: where rank 0 was (wrapped at 80 characters)
+    assert text.split("ranks still running were stopped:\n")[-1].startswith(
+        "  rank 0: waiting in barrier()"), text
     # the whole text, paths and all, is still there for code that reads it
     assert str(Path(__file__).resolve()) in caught.value.remote_traceback
 
@@ -173,9 +175,11 @@ def one_all_reduces():
 def test_the_hint_speaks_of_collectives_only_when_a_collective_is_involved(work, hint):
     with pytest.raises(ddp_lab.RanksTimedOut) as caught:
         ddp_lab.launch(work, 2, timeout=1.5)
-    last_line = str(caught.value).splitlines()[-1]
-    assert last_line.startswith(hint) and caught.value.hint == last_line
-    assert ("collective" in last_line) == (work is one_all_reduces)
+    # the hint: the message's last lines, wrapped at 80 characters; one line in .hint
+    message = str(caught.value)
+    assert caught.value.hint.startswith(hint) and "\n" not in caught.value.hint
+    assert " ".join(message.split()).endswith(caught.value.hint), message
+    assert ("collective" in caught.value.hint) == (work is one_all_reduces)
     if work is both_wait_on_irecv:
         assert all("wait() on a request" in where for where in caught.value.unfinished.values())
 
@@ -284,8 +288,11 @@ def test_unpicklable_fn_is_named():
 @pytest.mark.skipif(torch.cuda.device_count() >= 4, reason="this machine has 4+ GPUs")
 def test_nccl_without_enough_gpus_says_how_many_there_are():
     count = torch.cuda.device_count()
-    with pytest.raises(ValueError, match=f"world_size=4 but this machine has {count}"):
+    with pytest.raises(ValueError) as caught:
         ddp_lab.launch(os.getpid, 4, backend="nccl")
+    message = str(caught.value)
+    assert f"world_size=4 but this machine has {count}." in " ".join(message.split())
+    assert max(map(len, message.splitlines())) <= 80, message  # the width of the book's pages
 
 
 def test_code_piped_into_python_gets_a_clear_error_instead_of_dead_ranks():
@@ -378,6 +385,32 @@ def test_a_value_the_notebook_cannot_unpickle_names_its_rank():
     with pytest.raises(ddp_lab.LaunchError, match="the value rank 1 sent back cannot be unpickled "
                                                   "in the notebook: ValueError: made only for the ranks"):
         ddp_lab.launch(work, 2)
+
+
+def test_the_hang_report_fits_the_books_pages():
+    # lines of up to 237 characters came out of Lab 5b; a page shows 80
+    where = {0: "waiting in barrier() (torch.distributed), called from save_checkpoint() "
+                "line 34: dist.barrier()  # every rank may read the checkpoint past this line",
+             1: "waiting in all_reduce() (torch.distributed), called from mean_loss() line 28: "
+                "dist.all_reduce(total)"}
+    hint = ("A rank that waits in send() or recv() (or in wait() on an isend or irecv) is "
+            "waiting for its partner to post the matching recv() or send(): check that every "
+            "send has a receive on the other rank, and that two ranks do not both send first.")
+    for error in (ddp_lab.RanksTimedOut(4.0, where, hint),
+                  ddp_lab.RankFailed(2, "ValueError", "bad", "Traceback ...", still_running=where)):
+        message = str(error)
+        assert max(map(len, message.splitlines())) <= 80, message
+        # every word is kept, and a rank's line goes on indented by 4
+        words = " ".join(message.split())
+        assert all(" ".join(f"rank {r}: {w}".split()) in words for r, w in where.items()), message
+        assert ("\n    save_checkpoint() line 34: dist.barrier()  # every rank may read the\n"
+                "    checkpoint past this line\n") in message, message
+        assert error.still_running == where if isinstance(error, ddp_lab.RankFailed) else (
+            error.unfinished == where and error.hint == hint)  # the attributes stay one line each
+    assert str(ddp_lab.RanksTimedOut(4.0, where, hint)).endswith(
+        "\nA rank that waits in send() or recv() (or in wait() on an isend or irecv) is\n"
+        "waiting for its partner to post the matching recv() or send(): check that every\n"
+        "send has a receive on the other rank, and that two ranks do not both send first.")
 
 
 def test_the_errors_can_be_pickled():

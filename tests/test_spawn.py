@@ -84,7 +84,7 @@ def test_a_spawned_rank_inherits_the_notebooks_environment_without_the_agent_sto
 def test_a_world_size_that_is_not_nprocs_is_named_when_the_ranks_are_stopped():
     with pytest.raises(ddp_lab.RanksTimedOut) as caught:
         ddp_lab.spawn(init_process, args=(4, run, free_port()), nprocs=2, timeout=3)
-    message = str(caught.value)
+    message = " ".join(str(caught.value).split())  # as one line: it is wrapped at 80 characters
     assert "waiting in init_process_group() (torch.distributed), called from init_process()" in message
     assert ("called init_process_group with world_size=4, but ddp_lab.spawn started 2 processes: "
             "it waits for ranks that will never come. Every rank must pass world_size=2") in message
@@ -100,7 +100,7 @@ def test_launch_says_that_a_port_of_the_ranks_own_belongs_with_spawn():
     port = free_port()
     with pytest.raises(ddp_lab.RanksTimedOut) as caught:
         ddp_lab.launch(own_port, 2, args=(port,), init_process_group=False, timeout=3)
-    message = str(caught.value)
+    message = " ".join(str(caught.value).split())  # as one line: it is wrapped at 80 characters
     assert f"Rank 0 looks for the rendezvous store at 127.0.0.1:{port}, but ddp_lab.launch hosts it" \
            in message
     assert "TORCHELASTIC_USE_AGENT_STORE=True" in message

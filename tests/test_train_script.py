@@ -44,6 +44,13 @@ def load_script(path):
     return module
 
 
+def test_train_py_fits_the_books_pages():
+    # Chapters 11 and 14 print its functions: a page shows 80 characters a line
+    wide = [(number, len(line)) for number, line in enumerate(TRAIN.read_text().splitlines(), 1)
+            if len(line) > 80]
+    assert wide == [], f"lines of train.py over 80 characters (number, length): {wide}"
+
+
 @pytest.mark.parametrize("script", [TRAIN, PRINT_ENV], ids=lambda p: p.name)
 def test_help_documents_every_option(script):
     result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)

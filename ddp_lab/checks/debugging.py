@@ -336,6 +336,6 @@ def check_fix(bug: str, script, *, timeout: float = 30.0) -> CheckResult:
     if spec.stragglers:
         verdict = find_straggler(run.times)
         if verdict:
-            mistakes.append(Mistake("stragglers", "still_slow", f"{verdict}: take the slow call off the "
+            mistakes.append(Mistake("stragglers", "still_slow", f"{verdict.sentence}: take the slow call off the "
                                     f"critical path of its rank (less often, or in a background thread)"))
     return CheckResult(subject, total - len(mistakes), total, "check", tuple(mistakes))

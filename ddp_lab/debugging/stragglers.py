@@ -23,6 +23,7 @@ Used in Chapter 13b ("Stragglers") and by the checker of Lab 5b.
 from __future__ import annotations
 
 import statistics
+import textwrap
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -151,6 +152,12 @@ class StragglerVerdict:
         return self.straggler is not None
 
     def __str__(self) -> str:
+        """The verdict in a sentence, wrapped at 80 characters (the book's page)."""
+        return textwrap.fill(self.sentence, 80)
+
+    @property
+    def sentence(self) -> str:
+        """The verdict in one line, for text that wraps it its own way."""
         if self.straggler is None:
             return "no straggler: no rank computes much longer than the others"
         if self.least_waiting == self.straggler:

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from ddp_lab.host import available_cores, cuda_device_count
+from ddp_lab.launcher.errors import wrap
 from ddp_lab.validate import check_positive_int, check_positive_number
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -131,9 +132,10 @@ def choose_backend(backend, world_size):
         raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(map(repr, BACKENDS))}")
     gpus = cuda_device_count()
     if backend == "nccl" and gpus < world_size:
-        raise ValueError(
+        # wrapped at 80 characters, the width of the book's pages (Chapter 3)
+        raise ValueError(wrap(
             f"backend 'nccl' needs one CUDA device per rank: world_size={world_size} "
-            f"but this machine has {gpus}. Use backend='gloo' (CPU) or fewer ranks.")
+            f"but this machine has {gpus}. Use backend='gloo' (CPU) or fewer ranks."))
     if backend != "auto":
         return backend
     devices = f"{gpus} CUDA device{'s' if gpus != 1 else ''} for {world_size} rank{'s' if world_size != 1 else ''}"

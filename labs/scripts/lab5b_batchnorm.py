@@ -15,8 +15,9 @@ import torch.distributed as dist
 
 
 def make_model():
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
-                               torch.nn.Linear(16, 2))
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+        torch.nn.Linear(16, 2))
 
 
 def average_gradients(model):
@@ -28,16 +29,19 @@ def average_gradients(model):
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--timeout", type=float, default=60.0, help="process group timeout, seconds")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="process group timeout, seconds")
     args = parser.parse_args(argv)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    timeout = datetime.timedelta(seconds=args.timeout)
+    dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(rank)
     for _ in range(args.steps):
-        x = torch.randn(32, 8, generator=generator) + rank  # each rank's data has its own mean
+        # each rank's data has its own mean
+        x = torch.randn(32, 8, generator=generator) + rank
         labels = (x.sum(dim=1) > 8 * rank).long()
         loss = torch.nn.functional.cross_entropy(model(x), labels)
         optimizer.zero_grad()

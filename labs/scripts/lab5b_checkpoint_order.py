@@ -31,21 +31,24 @@ def mean_loss(loss):
 
 def save_checkpoint(model, path):
     torch.save(model.state_dict(), path)
-    dist.barrier()  # the other ranks may read the checkpoint once every rank is past this line
+    dist.barrier()  # past this line, every rank may read the checkpoint
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--timeout", type=float, default=60.0, help="process group timeout, seconds")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="process group timeout, seconds")
     args = parser.parse_args(argv)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    timeout = datetime.timedelta(seconds=args.timeout)
+    dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     generator = torch.Generator().manual_seed(rank)
-    path = os.path.join(tempfile.gettempdir(), f"lab5b_checkpoint_{os.getpid()}.pt")
+    name = f"lab5b_checkpoint_{os.getpid()}.pt"
+    path = os.path.join(tempfile.gettempdir(), name)
     for step in range(1, args.steps + 1):
         x = torch.randn(16, 8, generator=generator)
         loss = (model(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
@@ -58,7 +61,7 @@ def main(argv=None):
                 save_checkpoint(model, path)
             mean = mean_loss(loss)
             if rank != 0:
-                dist.barrier()  # wait until rank 0 has written the checkpoint
+                dist.barrier()  # wait until rank 0 wrote the checkpoint
             if rank == 0:
                 print(f"[rank 0] step {step}: mean loss {mean:.4f}")
     if rank == 0 and os.path.exists(path):

@@ -1,4 +1,4 @@
-"""Lab 5b, script 4 (broken on purpose): an all-reduce built from send and recv.
+"""Lab 5b, script 4 (broken on purpose): an all-reduce from send and recv.
 
     torchrun --standalone --nproc_per_node 4 lab5b_ring_sends.py
 
@@ -30,9 +30,11 @@ def all_reduce_by_hand(tensor):
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--timeout", type=float, default=60.0, help="process group timeout, seconds")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="process group timeout, seconds")
     args = parser.parse_args(argv)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    timeout = datetime.timedelta(seconds=args.timeout)
+    dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)

@@ -19,7 +19,7 @@ DASHBOARD_RANK = 2  # the rank that holds the dashboard's connection
 
 
 def send_to_dashboard(step, loss):
-    time.sleep(0.04)  # stands for a blocking HTTP request to the dashboard: about 40 ms
+    time.sleep(0.04)  # stands for a blocking HTTP request: about 40 ms
 
 
 def average_gradients(model):
@@ -31,12 +31,15 @@ def average_gradients(model):
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--timeout", type=float, default=60.0, help="process group timeout, seconds")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="process group timeout, seconds")
     args = parser.parse_args(argv)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    timeout = datetime.timedelta(seconds=args.timeout)
+    dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     generator = torch.Generator().manual_seed(rank)
     for step in range(args.steps):

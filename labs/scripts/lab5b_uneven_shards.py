@@ -30,17 +30,21 @@ def average_gradients(model):
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch-size", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=60.0, help="process group timeout, seconds")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="process group timeout, seconds")
     args = parser.parse_args(argv)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    timeout = datetime.timedelta(seconds=args.timeout)
+    dist.init_process_group("gloo", timeout=timeout)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     x, y = make_dataset()
     shard_x, shard_y = x[rank::world_size], y[rank::world_size]
-    for start in range(0, len(shard_x) - args.batch_size + 1, args.batch_size):
-        batch_x, batch_y = shard_x[start:start + args.batch_size], shard_y[start:start + args.batch_size]
+    for start in range(0, len(shard_x) - args.batch_size + 1,
+                       args.batch_size):
+        end = start + args.batch_size
+        batch_x, batch_y = shard_x[start:end], shard_y[start:end]
         loss = (model(batch_x) - batch_y).pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
