@@ -140,5 +140,5 @@ def test_cost_arguments_are_checked():
         tp_cost.tensor_parallel_bytes(8, 64, 0)
     with pytest.raises(TypeError, match="link must be a ddp_lab.cost.links.Link"):
         tp_cost.tensor_parallel_seconds(8, 64, 2, 450e9)
-    with pytest.raises(ValueError, match="utilisation must be in \\(0, 1\\]"):
+    with pytest.raises(ValueError, match="utilisation must be a number in \\(0, 1\\]"):
         tp_cost.compute_seconds(8, 64, 2, 1e12, utilisation=1.5)

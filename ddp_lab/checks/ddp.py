@@ -75,7 +75,7 @@ from ddp_lab.checks.result import CheckResult, Mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
 from ddp_lab.collectives.recorder import CollectiveLog, record_collectives
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
-from ddp_lab.validate import check_positive_int, check_positive_number, is_int
+from ddp_lab.validate import check_positive_int, is_int, is_number
 
 __all__ = ["check_ddp", "WIDTHS", "TwoBranches"]
 
@@ -280,8 +280,9 @@ def check_ddp(make_ddp, *, bucket_cap_mb: float | None = None, world_size: int =
     if not is_int(world_size) or not 2 <= world_size <= 4:
         raise ValueError(f"world_size must be 2, 3 or 4 (ranks compared with each other), got {world_size!r}")
     check_positive_int('steps', steps)
-    if bucket_cap_mb is not None:
-        check_positive_number("bucket_cap_mb", bucket_cap_mb, "megabytes (or None)")
+    if bucket_cap_mb is not None and (not is_number(bucket_cap_mb)
+                                      or not bucket_cap_mb > 0):
+        raise ValueError(f"bucket_cap_mb must be a number of megabytes > 0, or None, got {bucket_cap_mb!r}")
 
     name = getattr(make_ddp, "__name__", type(make_ddp).__name__)
     version = "naive" if bucket_cap_mb is None else f"bucketed, bucket_cap_mb={bucket_cap_mb:g}"
