@@ -90,7 +90,8 @@ def _world(group):
 
 
 class CopyToTensorParallel(torch.autograd.Function):
-    """Megatron's f: the identity forward, an all-reduce (sum) of the gradient backward."""
+    """Megatron's f: the identity forward, an all-reduce (sum) of the gradient
+    backward."""
 
     @staticmethod
     def forward(ctx, x, group):
@@ -99,13 +100,15 @@ class CopyToTensorParallel(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.contiguous().clone()  # all_reduce works in place: leave autograd's tensor alone
+        # all_reduce works in place: leave autograd's tensor alone
+        grad = grad.contiguous().clone()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None
 
 
 class ReduceFromTensorParallel(torch.autograd.Function):
-    """Megatron's g: an all-reduce (sum) of the partial sums forward, the identity backward."""
+    """Megatron's g: an all-reduce (sum) of the partial sums forward, the
+    identity backward."""
 
     @staticmethod
     def forward(ctx, partial, group):
@@ -148,14 +151,18 @@ def shard_mlp(a: torch.Tensor, b: torch.Tensor, a_bias: torch.Tensor, rank: int,
     return a[:, cols].contiguous(), b[cols, :].contiguous(), a_bias[cols].contiguous()
 
 
-def megatron_mlp(x: torch.Tensor, a_r: torch.Tensor, b_r: torch.Tensor, a_bias_r: torch.Tensor,
-                 b_bias: torch.Tensor, group=None) -> torch.Tensor:
-    """This rank's part of ``GeLU(x A + a) B + b``, trainable: ``g(GeLU(f(x) A_r + a_r) B_r) + b``.
+def megatron_mlp(x: torch.Tensor, a_r: torch.Tensor, b_r: torch.Tensor,
+                 a_bias_r: torch.Tensor, b_bias: torch.Tensor,
+                 group=None) -> torch.Tensor:
+    """This rank's part of ``GeLU(x A + a) B + b``, trainable:
+    ``g(GeLU(f(x) A_r + a_r) B_r) + b``.
 
     The result is the whole output on every rank; backward gives each rank
     the gradients of its own shards, of the whole ``b_bias``, and of ``x``.
     """
-    x = copy_to_tensor_parallel(x, group)                 # f: identity now, all-reduce in backward
-    y_r = F.gelu(x @ a_r + a_bias_r)                      # this rank's columns of the hidden layer
-    z = reduce_from_tensor_parallel(y_r @ b_r, group)     # g: all-reduce now, identity in backward
-    return z + b_bias                                     # added once, after the sum
+    # f: the identity now, an all-reduce in the backward pass
+    x = copy_to_tensor_parallel(x, group)
+    y_r = F.gelu(x @ a_r + a_bias_r)  # this rank's columns of the hidden layer
+    # g: an all-reduce now, the identity in the backward pass
+    z = reduce_from_tensor_parallel(y_r @ b_r, group)
+    return z + b_bias  # added once, after the sum
