@@ -79,3 +79,14 @@ def test_the_html_prints_a_strip_of_every_step_and_hides_the_player(ring_run):
     assert re.search(r"\.ddp-print-strip \{ display: none; \}", screen)  # hidden on screen
     assert re.search(r"\.ddp-player \{ display: none", printed)         # the dead buttons are not printed
     assert re.search(r"\.ddp-print-strip \{ display: flex", printed)
+
+
+def test_the_players_frame_has_an_alt_text(ring_run):
+    """matplotlib's player writes its <img> without alt; ours says what the frame shows."""
+    import re
+
+    player = draw.to_html(ring_run).data.split('class="ddp-print-strip"')[0]
+    frames = re.findall(r'<img\b[^>]*id="_anim_img[^"]*"[^>]*>', player)
+    assert len(frames) == 1, frames
+    alt = re.search(r'alt="([^"]*)"', frames[0])
+    assert alt and f"on {ring_run.world_size} ranks" in alt.group(1), frames[0]

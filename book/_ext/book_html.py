@@ -23,6 +23,9 @@ its pages also log errors in the browser console.  This extension:
 * links each figure image to its file, so that a reader on a phone, where a
   figure shrinks to the text column, can open it at full size with a tap
   (``link_figures_to_their_files``);
+* gives the frame of every matplotlib animation player an alt text where
+  it has none (``Animation.to_jshtml()`` writes ``<img id="_anim_img...">``
+  without one; ``ddp_lab.draw.allreduce`` writes its own);
 * writes the site's index.html, the redirect to the first page, with an
   empty icon (without one the browser asks for a /favicon.ico that is not there);
 * turns ``path_to_book: "."`` into no prefix at all, so that the Colab, Binder
@@ -211,6 +214,17 @@ def link_figures_to_their_files(app: Sphinx, pagename, templatename, context, do
     context["body"] = IMAGE.sub(link, body)
 
 
+ANIMATION_FRAME = re.compile(r'<img id="_anim_img')
+ANIMATION_ALT = "the animation's current frame; the buttons below play it and step through it"
+
+
+def describe_animation_frames(app: Sphinx, pagename, templatename, context, doctree) -> None:
+    """Give matplotlib's animation player image an alt text (it writes none)."""
+    body = context.get("body")
+    if body and "_anim_img" in body:
+        context["body"] = ANIMATION_FRAME.sub(f'<img alt="{ANIMATION_ALT}" id="_anim_img', body)
+
+
 def rewrite_cdn_links(app: Sphinx, pagename, templatename, context, doctree) -> None:
     """Point stylesheets that notebook outputs load from CDNs to _static/npm/."""
     body = context.get("body")
@@ -239,6 +253,7 @@ def setup(app: Sphinx):
     app.connect("builder-inited", ensure_node_modules)
     app.connect("html-page-context", rewrite_cdn_links)
     app.connect("html-page-context", link_figures_to_their_files)
+    app.connect("html-page-context", describe_animation_frames)
     # after the other extensions have added their per-page scripts
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
     app.connect("build-finished", copy_static_files)

@@ -101,6 +101,10 @@ def animation_html(run, *, interval=1200, dpi=DPI):
     """The HTML of :func:`to_html`, as a string."""
     # The player shows each frame at its own pixels: draw them at 2x, shown at 1x by the style below.
     player = animate(run, interval=interval, dpi=dpi * RETINA).to_jshtml(default_mode="once")
+    # matplotlib's player gives its <img> no alt text: say what the frame shows.
+    alt = html.escape(f"{TITLES[run.algorithm]} on {run.world_size} ranks, one frame a step: "
+                      "each rank's chunks and the values they hold; the buttons below play and step")
+    player = player.replace('<img id="_anim_img', f'<img alt="{alt}" id="_anim_img', 1)
     box = f"ddp-anim-{uuid.uuid4().hex}"
     width = round(FIGSIZE[0] * dpi)
     style = (f"<style>\n"
