@@ -8,8 +8,10 @@ says what the package is and which commands the book runs.
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -49,22 +51,35 @@ if __name__ == "__main__":
 GUARD = '`if __name__ == "__main__":` guard'
 
 
-def run_python(args, folder, timeout=120):
-    """``python args`` in ``folder``, with a temporary folder of its own (returned, to look into)."""
-    temp = folder / "tmp"
-    temp.mkdir(exist_ok=True)
+@pytest.fixture
+def short_temp():
+    """A temporary folder with a short path, removed afterwards.
+
+    The ranks' forkserver puts its Unix socket in ``$TMPDIR/pymp-*/``, and a
+    socket's path may be at most 107 bytes (``sun_path``): under pytest's
+    ``tmp_path`` (``/tmp/pytest-of-root/pytest-115/popen-gw1/<test name>0/``)
+    it is longer once the session counter grows, and the launch fails with
+    ``OSError: AF_UNIX path too long``, which is no misuse of the reader's.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="misuse-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_python(args, folder, temp, timeout=120):
+    """``python args`` in ``folder``, with ``temp`` as its temporary folder (to look into afterwards)."""
     env = {**os.environ, "TMPDIR": str(temp)}
     done = subprocess.run([sys.executable, *args], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=timeout)
     return done, temp
 
 
-def test_a_thread_started_by_unguarded_top_level_code_is_refused_before_anything_starts(tmp_path):
+def test_a_thread_started_by_unguarded_top_level_code_is_refused_before_anything_starts(tmp_path, short_temp):
     # Each rank imports the script again, which starts the thread again, which
     # launches from inside the rank: ranks failing to start ranks, pymp-* folders left.
     script = tmp_path / "thread_at_top.py"
     script.write_text(THREAD_AT_TOP_LEVEL)
-    done, temp = run_python([str(script)], tmp_path)
+    done, temp = run_python([str(script)], tmp_path, short_temp)
     assert (f"RuntimeError: {script} starts ranks from its top-level code, line 7, without the {GUARD} "
             "(from a thread, while the main thread runs that line)") in done.stderr, done.stderr
     assert "launched" not in done.stdout
@@ -74,14 +89,14 @@ def test_a_thread_started_by_unguarded_top_level_code_is_refused_before_anything
     # Run with python -m and not joined: the main thread has finished the module, which
     # the ranks would import again by name, starting the thread again.
     (tmp_path / "not_joined.py").write_text(THREAD_AT_TOP_LEVEL_NOT_JOINED)
-    done, temp = run_python(["-m", "not_joined"], tmp_path)
+    done, temp = run_python(["-m", "not_joined"], tmp_path, short_temp)
     assert (f"{tmp_path / 'not_joined.py'} starts ranks from its top-level code without the {GUARD} "
             "(from a thread that code started)") in done.stderr, done.stderr
     assert "launched" not in done.stdout and list(temp.glob("pymp-*")) == []
 
     # Under the guard, the same thread launches.
     (tmp_path / "guarded.py").write_text(THREAD_UNDER_THE_GUARD)
-    done, temp = run_python([str(tmp_path / "guarded.py")], tmp_path)
+    done, temp = run_python([str(tmp_path / "guarded.py")], tmp_path, short_temp)
     assert "launched 2" in done.stdout, done.stdout + done.stderr
     assert GUARD not in done.stderr and list(temp.glob("pymp-*")) == []
 
