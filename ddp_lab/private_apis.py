@@ -251,9 +251,9 @@ PRIVATE_APIS = (
         "ranks and the forkserver stop before ipykernel kills the kernel's children.", IPYKERNEL),
     PrivateAPI(
         "IPython.core.compilerop.CachingCompiler.cache", ("ddp_lab/launcher/jobs.py",),
-        "Puts each executed cell in linecache with no modification time (its entry's second item is "
-        "None): interactive_sources sends those lines to the ranks, so that their tracebacks show the "
-        "cell's code.", IPYTHON, spelled="linecache"),
+        "Puts each executed cell in linecache under a name that is no file (IPython 8+ with no "
+        "modification time, IPython 7 with the time it ran): interactive_sources sends those lines to "
+        "the ranks, so that their tracebacks show the cell's code.", IPYTHON, spelled="linecache"),
     PrivateAPI(
         "IPython.core.compilerop.CachingCompiler.format_code_name", ("ddp_lab/launcher/user_traceback.py",),
         "Names a cell's file as IPython's tracebacks do (Cell In[3]): a failed launch shows the "

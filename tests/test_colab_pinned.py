@@ -227,7 +227,11 @@ def test_installing_ddp_lab_changes_none_of_colabs_packages(installed):
 OLDER_TORCH_RULES = r"""
 regex: node_rank is only used for static rdzv_backend\. It will be ignored for rdzv_backend=c10d\.|\(torch [\d.]+ ignores --node_rank under c10d without a warning\)
 replace: <torchrun on --node_rank under c10d>
-"""
+regex: \[rank \d\] [^\n]*torch/_dynamo/guards\.py:\d+: RuntimeWarning: Guards may run slower on Python 3\.13\.0\.[^\n]*\n\[rank \d\]   warnings\.warn\(\n
+""" + "replace: \n"  # replaced by nothing (nbval wants the space after the colon)
+# The second rule: dynamo warns on Python 3.13.0 only, the one 3.13 this
+# machine has (Colab's is a later 3.13, which does not warn); chapter 8c's
+# torch.compile cell prints it on each rank.
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[Path(chapter).stem for chapter in CHAPTERS])

@@ -124,3 +124,28 @@ def test_the_timeout_travels_in_the_config_and_its_margin_is_written_once():
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"timeout\s*\+\s*60\b", line)]
     assert not again, f"a timeout margin written again: {again}"
+
+
+def test_cells_of_ipython_7_and_of_ipython_8_are_sent_to_the_ranks(tmp_path):
+    """Colab's IPython 7 caches a cell with the time it ran, IPython 8+ with
+    none; both are sent (Lab 3's deadlock report names the cell's line from
+    them). A file on disk is not: a rank reads it itself."""
+    import linecache
+    import time
+
+    from ddp_lab.launcher.jobs import interactive_sources
+
+    on_disk = tmp_path / "module.py"
+    on_disk.write_text("x = 1\n")
+    entries = {"<ipython-input-3-5a1f>": (6, time.time(), ["x = 1\n"], "<ipython-input-3-5a1f>"),
+               "/tmp/ipykernel_1/4242.py": (6, None, ["x = 2\n"], "/tmp/ipykernel_1/4242.py"),
+               str(on_disk): (6, on_disk.stat().st_mtime, ["x = 1\n"], str(on_disk))}
+    linecache.cache.update(entries)
+    try:
+        sent = interactive_sources()
+    finally:
+        for name in entries:
+            linecache.cache.pop(name, None)
+    assert sent["<ipython-input-3-5a1f>"] == ["x = 1\n"]
+    assert sent["/tmp/ipykernel_1/4242.py"] == ["x = 2\n"]
+    assert str(on_disk) not in sent

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import os
 import reprlib
 
 from ddp_lab.launcher import serialize
@@ -50,14 +51,17 @@ def _unpicklable_part(fn, args, kwargs):
 def interactive_sources():
     """Source lines of code typed into notebook cells, for remote tracebacks.
 
-    IPython keeps each executed cell in ``linecache`` with no modification
-    time (it is not a file). Sending those lines along lets a traceback from
-    a rank show the cell's code, not just a line number.
+    IPython keeps each executed cell in ``linecache`` under a name that is
+    no file on disk: IPython 8 and later with no modification time (the
+    entry's second item is None), IPython 7 (Colab's) with the time the cell
+    ran, kept there by its own ``checkcache``. Sending those lines along lets
+    a traceback from a rank show the cell's code, not just a line number
+    (Lab 3's checker names the line a deadlocked rank waits on).
     """
     return {
         name: entry[2]
         for name, entry in list(linecache.cache.items())
-        if len(entry) == 4 and entry[1] is None and entry[2]
+        if len(entry) == 4 and entry[2] and (entry[1] is None or not os.path.exists(name))
     }
 
 
