@@ -158,6 +158,20 @@ def test_flight_record_of_a_mismatch(tmp_path):
         read_flight_records(tmp_path / "empty")
 
 
+def test_an_analyser_that_reads_no_gloo_dumps_gets_one_line():
+    """torch 2.11's analyser (Colab's) asserts the backend is NCCL or XCCL; its
+    traceback's last line, as it printed it there, becomes one line that says so."""
+    from ddp_lab.debugging.flight_recorder import without_gloo_refusal
+
+    refused = ("Traceback (most recent call last):\n  ...\n"
+               "AssertionError: name formatting error? gloo != 'nccl' or 'xccl'")
+    line = without_gloo_refusal(refused)
+    assert "\n" not in line and "reads NCCL's and XCCL's dumps, not gloo's" in line
+    assert f"torch {torch.__version__}" in line
+    report = "Collective sequence number: 2 has errors"
+    assert without_gloo_refusal(report) is report
+
+
 # ---- py-spy on a hung torchrun job ------------------------------------------------------
 
 def test_py_spy_finds_both_ranks_and_nothing_is_left():

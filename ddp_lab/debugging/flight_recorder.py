@@ -125,4 +125,20 @@ def fr_analyser(folder, prefix: str = PREFIX, *args: str) -> str:
                 pickle.dump(_with_group_table(dump), file)
         result = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
                                  tmp, "-p", prefix, *args], capture_output=True, text=True, timeout=60)
-    return (result.stdout + result.stderr).strip()
+    return without_gloo_refusal((result.stdout + result.stderr).strip())
+
+
+# What the analyser of torch 2.11 (Colab's) stops with on gloo's dumps:
+# flight_recorder/components/types.py, Op.__init__, asserts that the backend
+# is "nccl" or "xccl"; torch 2.13's accepts "gloo" among others.
+GLOO_REFUSED = "name formatting error? gloo"
+
+
+def without_gloo_refusal(report: str) -> str:
+    """``report``, or one line in place of the traceback of an analyser that reads no gloo dumps."""
+    if GLOO_REFUSED not in report:
+        return report
+    import torch
+
+    return (f"(the analyser of torch {torch.__version__} reads NCCL's and XCCL's dumps, not gloo's; "
+            "torch 2.13's reads gloo's too: run this cell there to see its report)")
