@@ -119,8 +119,13 @@ def test_a_tag_publishes_to_pypi_by_trusted_publishing_and_makes_a_github_releas
     check = "\n".join(step.get("run", "") for step in workflow["jobs"]["dists"]["steps"])
     assert '"$GITHUB_REF_NAME" != "v$version"' in check and "python -m build" in check
     release = workflow["jobs"]["github-release"]
-    assert release["needs"] == "pypi" and release["permissions"] == {"contents": "write"}
+    assert release["needs"] == ["pypi", "pdf"] and release["permissions"] == {"contents": "write"}
     assert "gh release create" in "\n".join(step.get("run", "") for step in release["steps"])
+    # the whole-book PDF, built as the README says, attached with the dists
+    pdf = "\n".join(step.get("run", "") for step in workflow["jobs"]["pdf"]["steps"])
+    assert "python tools/build_pdf.py" in pdf and "python tools/build_pdf.py" in (ROOT / "README.md").read_text()
+    downloads = [step["with"] for step in release["steps"] if step.get("uses", "").startswith("actions/download-")]
+    assert {"name": "pdf", "path": "dist/"} in downloads, downloads
 
 
 def test_the_release_notes_come_from_the_changelog_section_of_the_version(tmp_path):
