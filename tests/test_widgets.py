@@ -235,3 +235,25 @@ def test_every_numeric_setting_of_every_control_is_checked():
                 isinstance(v, (int, float)) for v in values)
             if numeric and name not in Control.class_traits():
                 assert (cls, name) in checked, f"{cls.__name__}.{name} takes numbers and is not checked"
+
+
+def test_a_static_picture_is_as_wide_as_its_figure_whatever_its_text():
+    """figure_html's width is the figure's, not a crop's that follows the fonts'
+    metrics (Colab's matplotlib printed width="520" where the page had 525)."""
+    import re
+
+    import matplotlib.pyplot as plt
+
+    from ddp_lab.draw import RETINA
+    from ddp_lab.widgets.control import figure_html
+
+    widths = []
+    for label in ("short", "a much longer label that reaches well past the axes' edge " * 2):
+        fig, ax = plt.subplots(figsize=(5.6, 3.2))
+        ax.set_ylabel(label)
+        page = figure_html(fig, alt="a test", dpi=90)
+        plt.close(fig)
+        widths.append(int(re.search(r'width="(\d+)"', page).group(1)))
+        png = __import__("base64").b64decode(re.search(r"base64,([^\"]+)", page).group(1))
+        assert int.from_bytes(png[16:20], "big") == widths[-1] * RETINA
+    assert widths == [round(5.6 * 90)] * 2, widths

@@ -49,7 +49,7 @@ def draw_memory_per_rank(table, *, capacity_gb: float | None = None, title: str 
     if not table:
         raise ValueError("draw_memory_per_rank needs at least one MemoryPerRank row")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(7.0, 2.9))
+        fig, ax = plt.subplots(figsize=(7.0, 2.9), layout="tight")
         plt.close(fig)
     rows = range(len(table))[::-1]  # the first stage on top
     for y, row in zip(rows, table):

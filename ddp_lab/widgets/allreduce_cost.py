@@ -71,7 +71,7 @@ class AllReduceCost(Control):
 
         worlds = list(range(2, MAX_WORLD_SIZE + 1))
         series = [all_reduce_times(self.message_bytes, w, self.latency, self.bandwidth) for w in worlds]
-        fig, ax = plt.subplots(figsize=(5.6, 3.4))
+        fig, ax = plt.subplots(figsize=(5.6, 3.4), layout="tight")
         plt.close(fig)
         for name in ("naive", "ring"):
             ax.plot(worlds, [t[name]["total"] for t in series], color=COLOURS[name], linewidth=2, label=name)

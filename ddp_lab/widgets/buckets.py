@@ -86,7 +86,7 @@ class BucketTradeoff(Control):
 
         sizes = [s for s in BUCKET_SIZES if s <= self.gradient_bytes * 1.0001]
         times = [bucketed_backward_time(*self._arguments(s)) for s in sizes]
-        fig, ax = plt.subplots(figsize=(6.4, 3.0))
+        fig, ax = plt.subplots(figsize=(6.4, 3.0), layout="tight")
         plt.close(fig)
         ax.plot([s / MiB for s in sizes], times, color=COLOURS["comm"], linewidth=2)
         ax.axhline(self.backward_seconds, color=COLOURS["compute"], linestyle="--")

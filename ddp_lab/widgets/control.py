@@ -87,13 +87,19 @@ def figure_html(figure, *, alt: str, dpi: int = 90) -> str:
     ``dpi`` (the ``width`` attribute), so that it is sharp on a HiDPI screen, as
     the book's figures are (``ddp_lab.draw``); ``controls.css`` lets it
     shrink to a narrower column.
+
+    The picture is the figure's whole canvas (the caller lays the figure
+    out to fit it), not cropped to what is drawn (``bbox_inches="tight"``):
+    a crop's size follows the fonts' metrics, which differ between machines
+    and matplotlib releases, and the ``width`` printed in the cell's HTML
+    would differ with it.
     """
     from ddp_lab.draw import RETINA
 
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi * RETINA, bbox_inches="tight")
+    figure.savefig(buffer, format="png", dpi=dpi * RETINA)
     png = buffer.getvalue()
-    width = int.from_bytes(png[16:20], "big") // RETINA  # the PNG header's width, in pixels
+    width = round(figure.get_figwidth() * dpi)
     data = base64.b64encode(png).decode("ascii")
     return (f'<img class="ddp-static-figure" alt="{html.escape(alt)}" width="{width}" '
             f'src="data:image/png;base64,{data}">')

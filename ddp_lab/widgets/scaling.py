@@ -174,7 +174,7 @@ class ScalingModel(Control):
         import matplotlib.pyplot as plt
 
         curve = self.curve
-        fig, ax = plt.subplots(figsize=(5.6, 3.2))
+        fig, ax = plt.subplots(figsize=(5.6, 3.2), layout="tight")
         plt.close(fig)
         gpus = [row[0] for row in curve]
         ax.plot(gpus, [100 * row[2] for row in curve], color=COLOURS["backward"], linewidth=2, label="overlap")
