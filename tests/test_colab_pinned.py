@@ -221,22 +221,8 @@ def test_installing_ddp_lab_changes_none_of_colabs_packages(installed):
     assert after["ddp-lab"] == version()
 
 
-# What differs on Colab's torch 2.11 by design, each said on its page: torchrun's warning
-# that --node_rank is ignored under c10d came with torch 2.13 (torch/distributed/run.py;
-# Chapter 2 prints what this torch says, or that it says nothing).
-OLDER_TORCH_RULES = r"""
-regex: node_rank is only used for static rdzv_backend\. It will be ignored for\s+rdzv_backend=c10d\.|\(torch [\d.]+ ignores --node_rank under c10d without a warning\)
-replace: <torchrun on --node_rank under c10d>
-regex: \[rank \d\] [^\n]*torch/_dynamo/guards\.py:\d+: RuntimeWarning: Guards may run slower on Python 3\.13\.0\.[^\n]*\n\[rank \d\]   warnings\.warn\(\n
-""" + "replace: \n" + r"""regex: Collective sequence number: \d+ has errors\n(?:.*\n)*?    'barrier'\n|\(the analyser of torch [^\n]*\n[^\n]*see its report\)\n
-replace: <the flight recorder's analysis>
-"""
-# The second rule (replaced by nothing: nbval wants the space after "replace:"):
-# dynamo warns on Python 3.13.0 only, the one 3.13 this machine has (Colab's is
-# a later 3.13, which does not warn); chapter 8c's torch.compile cell prints it
-# on each rank. The third: chapter 13b's report of torch's flight-recorder
-# analyser, which torch 2.11's cannot make from gloo's dumps (the cell then
-# prints one line that says so, ddp_lab.debugging.flight_recorder).
+# What differs on Colab's torch 2.11 by design, each said on its page (the file says why).
+OLDER_TORCH_RULES = (ROOT / "tests" / "nbval_older_torch.cfg").read_text()
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[Path(chapter).stem for chapter in CHAPTERS])
