@@ -240,6 +240,7 @@ def test_every_numeric_setting_of_every_control_is_checked():
 def test_a_static_picture_is_as_wide_as_its_figure_whatever_its_text():
     """figure_html's width is the figure's, not a crop's that follows the fonts'
     metrics (Colab's matplotlib printed width="520" where the page had 525)."""
+    import base64
     import re
 
     import matplotlib.pyplot as plt
@@ -254,6 +255,6 @@ def test_a_static_picture_is_as_wide_as_its_figure_whatever_its_text():
         page = figure_html(fig, alt="a test", dpi=90)
         plt.close(fig)
         widths.append(int(re.search(r'width="(\d+)"', page).group(1)))
-        png = __import__("base64").b64decode(re.search(r"base64,([^\"]+)", page).group(1))
+        png = base64.b64decode(re.search(r"base64,([^\"]+)", page).group(1))
         assert int.from_bytes(png[16:20], "big") == widths[-1] * RETINA
     assert widths == [round(5.6 * 90)] * 2, widths

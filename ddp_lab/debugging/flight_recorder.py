@@ -37,6 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 __all__ = ["dump_flight_record", "read_flight_records", "records_side_by_side", "fr_analyser"]
@@ -138,7 +139,5 @@ def without_gloo_refusal(report: str) -> str:
     """``report``, or one line in place of the traceback of an analyser that reads no gloo dumps."""
     if GLOO_REFUSED not in report:
         return report
-    import torch
-
     return (f"(the analyser of torch {torch.__version__} reads NCCL's and XCCL's dumps, not gloo's; "
             "torch 2.13's reads gloo's too: run this cell there to see its report)")

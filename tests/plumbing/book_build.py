@@ -91,11 +91,7 @@ def recorded(stamp: Path = STAMP) -> dict:
 
 def is_fresh(fingerprint: str, html: Path = HTML, stamp: Path = STAMP) -> bool:
     """Whether ``html`` is what a build that succeeded made from inputs with ``fingerprint``."""
-    try:
-        recorded = json.loads(stamp.read_text())["inputs"]
-    except (FileNotFoundError, ValueError, KeyError):
-        return False
-    return recorded == fingerprint and (html / "index.html").exists()
+    return recorded(stamp).get("inputs") == fingerprint and (html / "index.html").exists()
 
 
 def built_book() -> Path:
