@@ -110,6 +110,33 @@ def test_the_recorder_writes_down_what_each_collective_hands_over():
     assert calls[1] == expected + [("recv", "message", 5, 20, "float32", ((5,),), 2)]
 
 
+def issue_on_each_mesh_dimension():
+    """In a rank of 4: one all-reduce over each dimension of a 2x2 mesh (c10d's and DTensor's)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+
+    from ddp_lab.collectives.recorder import record_collectives
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    names = {dim: mesh.get_group(dim).group_name for dim in ("dp", "tp")}
+    with record_collectives() as log:
+        dist.all_reduce(torch.ones(2), group=mesh.get_group("dp"))
+        DTensor.from_local(torch.ones(3), mesh["tp"], [Partial()]).redistribute(mesh["tp"], [Replicate()])
+    return ([(c.name, c.numel, c.group_size, c.group_name) for c in log.calls],
+            {dim: log.nbytes(group_name=name) for dim, name in names.items()}, names)
+
+
+def test_the_recorder_names_the_group_of_each_collective():
+    """Both dimensions of a 2x2 mesh have groups of 2 ranks: only the group's name tells them apart."""
+    for calls, per_dimension, names in ddp_lab.launch(issue_on_each_mesh_dimension, 4, backend="gloo",
+                                                      timeout=120):
+        assert names["dp"] != names["tp"]
+        assert calls == [("all_reduce", 2, 2, names["dp"]), ("all_reduce", 3, None, names["tp"])]
+        assert per_dimension == {"dp": 8, "tp": 12}
+
+
 def test_a_log_must_be_a_collective_log():
     from ddp_lab.collectives.recorder import record_collectives
 

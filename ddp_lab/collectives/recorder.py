@@ -82,7 +82,10 @@ class Collective:
     counts the output). ``group_size`` is the number of
     ranks of the group it ran over; None where the operator does not tell (a
     functional all-reduce names its group only by a string, and only the
-    default group's name is known here).
+    default group's name is known here). ``group_name`` is the name torch
+    gave that group (``ProcessGroup.group_name``; a ``DeviceMesh`` dimension's
+    group is ``mesh.get_group(dim)``): it tells apart two groups of one size,
+    the two dimensions of a 2x2 mesh (Chapter 15e).
     """
 
     name: str
@@ -92,6 +95,7 @@ class Collective:
     dtype: str = ""
     shapes: tuple = ()
     group_size: int | None = None
+    group_name: str | None = None
 
 
 @dataclass
@@ -101,16 +105,17 @@ class CollectiveLog:
     phase: str = ""
     calls: list = field(default_factory=list)
 
-    def _select(self, name, phase):
-        return [c for c in self.calls if (name is None or c.name == name) and (phase is None or c.phase == phase)]
+    def _select(self, name, phase, group_name=None):
+        return [c for c in self.calls if (name is None or c.name == name) and (phase is None or c.phase == phase)
+                and (group_name is None or c.group_name == group_name)]
 
-    def count(self, name: str | None = None, phase: str | None = None) -> int:
-        """How many collectives (of ``name``, in ``phase``; None: any)."""
-        return len(self._select(name, phase))
+    def count(self, name: str | None = None, phase: str | None = None, group_name: str | None = None) -> int:
+        """How many collectives (of ``name``, in ``phase``, over the group named ``group_name``; None: any)."""
+        return len(self._select(name, phase, group_name))
 
-    def nbytes(self, name: str | None = None, phase: str | None = None) -> int:
+    def nbytes(self, name: str | None = None, phase: str | None = None, group_name: str | None = None) -> int:
         """Bytes handed to those collectives, summed."""
-        return sum(c.nbytes for c in self._select(name, phase))
+        return sum(c.nbytes for c in self._select(name, phase, group_name))
 
 
 def collective_name(operator: str) -> str | None:
@@ -139,15 +144,16 @@ def _tensors(value) -> list:
     return []
 
 
-def _group_size(args) -> int | None:
-    """The size of the group a c10d operator runs over (its first ``ScriptObject`` argument), else None."""
+def _group(args) -> tuple[int | None, str | None]:
+    """The size and name of the group a c10d operator runs over (its first ``ScriptObject`` argument)."""
     for value in args:
         if isinstance(value, torch.ScriptObject):
             try:
-                return dist.ProcessGroup.unbox(value).size()
+                group = dist.ProcessGroup.unbox(value)
             except RuntimeError:  # not a process group: never so in torch 2.13's c10d operators
-                return None
-    return None
+                return None, None
+            return group.size(), group.group_name
+    return None, None
 
 
 def _functional_group_size(op, args) -> int | None:
@@ -156,10 +162,16 @@ def _functional_group_size(op, args) -> int | None:
         return args[1]
     if op.startswith("reduce_scatter_tensor"):
         return args[2]
-    name = args[-1] if args else None
-    if isinstance(name, str) and dist.is_initialized() and name == dist.group.WORLD.group_name:
+    name = _functional_group_name(args)
+    if name is not None and dist.is_initialized() and name == dist.group.WORLD.group_name:
         return dist.get_world_size()
     return None
+
+
+def _functional_group_name(args) -> str | None:
+    """A functional collective's group, by name: its last argument (torch 2.13's ``_c10d_functional`` schemas)."""
+    name = args[-1] if args else None
+    return name if isinstance(name, str) else None
 
 
 def _record(operator: str, args, phase: str) -> Collective | None:
@@ -170,13 +182,16 @@ def _record(operator: str, args, phase: str) -> Collective | None:
     op = rest.split(".")[0]
     argument = _FULL_TENSOR_ARGUMENT.get(op, 0) if namespace == "c10d" else 0
     tensors = _tensors(args[argument]) if len(args) > argument else []
-    group_size = _group_size(args) if namespace == "c10d" else _functional_group_size(op, args)
+    if namespace == "c10d":
+        group_size, group_name = _group(args)
+    else:
+        group_size, group_name = _functional_group_size(op, args), _functional_group_name(args)
     times = group_size if namespace == "_c10d_functional" and op in _GATHERS_SHARDS else 1
     dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in tensors})
     return Collective(name, phase, times * sum(t.numel() for t in tensors),
                       times * sum(t.numel() * t.element_size() for t in tensors),
                       dtypes[0] if len(dtypes) == 1 else ("mixed" if dtypes else ""),
-                      tuple(tuple(t.shape) for t in tensors), group_size)
+                      tuple(tuple(t.shape) for t in tensors), group_size, group_name)
 
 
 class _Recorder(TorchDispatchMode):
