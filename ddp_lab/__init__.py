@@ -62,8 +62,9 @@ _EXPORTS = {
     "ring_all_reduce": "ddp_lab.collectives.ring",
     "naive_all_reduce": "ddp_lab.collectives.naive",
     "Trace": "ddp_lab.collectives.step_trace",
-    "run_traced_all_reduce": "ddp_lab.collectives.traced_all_reduce",
-    "AllReduceRun": "ddp_lab.collectives.traced_all_reduce",
+    "run_traced_all_reduce": "ddp_lab.collectives.traced",
+    "run_traced_collective": "ddp_lab.collectives.traced",
+    "TracedRun": "ddp_lab.collectives.traced",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

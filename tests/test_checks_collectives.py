@@ -235,3 +235,44 @@ def test_cases_are_seeded_and_varied():
     cases = [make_case(w, i, 0) for w in (2, 3, 4) for i in range(3)]
     assert cases == [make_case(w, i, 0) for w in (2, 3, 4) for i in range(3)]
     assert len({c.dtype for c in cases}) > 1 and len({c.shape for c in cases}) > 1
+
+
+# ------------------------------------------------ Exercise 4: an expert dispatch with all_to_all_single
+
+
+def dispatch(tokens, destinations):
+    world_size = dist.get_world_size()
+    counts = torch.bincount(destinations, minlength=world_size)
+    received = torch.empty_like(counts)
+    dist.all_to_all_single(received, counts)
+    out = tokens.new_empty(int(received.sum()))
+    dist.all_to_all_single(out, tokens, output_split_sizes=received.tolist(), input_split_sizes=counts.tolist())
+    return out
+
+
+def dispatch_swapped(tokens, destinations):
+    world_size = dist.get_world_size()
+    counts = torch.bincount(destinations, minlength=world_size)
+    received = torch.empty_like(counts)
+    dist.all_to_all_single(received, counts)
+    out = tokens.new_empty(int(received.sum()))
+    dist.all_to_all_single(out, tokens, counts.tolist(), received.tolist())
+    return out
+
+
+def dispatch_without_counts(tokens, destinations):
+    counts = torch.bincount(destinations, minlength=dist.get_world_size()).tolist()
+    out = tokens.new_empty(sum(counts))
+    dist.all_to_all_single(out, tokens, output_split_sizes=counts, input_split_sizes=counts)
+    return out
+
+
+def test_an_expert_dispatch_passes_and_each_slip_is_named():
+    from ddp_lab.checks.collectives import check_all_to_all
+
+    assert check_all_to_all(dispatch, world_sizes=(2, 3, 4))
+    for slip, kind, words in ((dispatch_swapped, "swapped_splits", "are swapped"),
+                              (dispatch_without_counts, "no_count_exchange", "Exchange the counts first")):
+        result = check_all_to_all(slip, world_sizes=(3,))
+        assert not result and [m.kind for m in result.mistakes] == [kind]
+        assert words in result.mistakes[0].message and "line" in result.mistakes[0].message

@@ -120,3 +120,17 @@ def test_fit_latency_bandwidth_recovers_the_model():
         cost.fit_latency_bandwidth([1], [1])
     with pytest.raises(ValueError, match="all the sizes are equal"):
         cost.fit_latency_bandwidth([5, 5], [1, 2])
+
+
+def test_all_to_all_bytes_leave_the_own_chunk_out():
+    from fractions import Fraction
+
+    from ddp_lab.cost.ring_bytes import all_to_all_bytes, ring_bytes
+
+    assert ring_bytes("all_to_all", 32, 4) == Fraction(24)
+    assert all_to_all_bytes([8, 8, 8, 8], 0) == ring_bytes("all_to_all", 32, 4)
+    assert all_to_all_bytes([16, 8, 0, 8], 2) == 32 and all_to_all_bytes([16, 8, 0, 8], 0) == 16
+    with pytest.raises(ValueError, match="rank must be an int from 0 to 2"):
+        all_to_all_bytes([1, 2, 3], 3)
+    with pytest.raises(ValueError, match="input_split_bytes must be one whole number >= 0 per rank"):
+        all_to_all_bytes([1, -2], 0)

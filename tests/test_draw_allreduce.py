@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from ddp_lab.collectives.traced_all_reduce import run_traced_all_reduce  # noqa: E402
+from ddp_lab.collectives.traced import run_traced_all_reduce  # noqa: E402
 from ddp_lab.draw import allreduce as draw  # noqa: E402
 
 
@@ -90,3 +90,17 @@ def test_the_players_frame_has_an_alt_text(ring_run):
     assert len(frames) == 1, frames
     alt = re.search(r'alt="([^"]*)"', frames[0])
     assert alt and f"on {ring_run.world_size} ranks" in alt.group(1), frames[0]
+
+
+def test_an_all_to_all_is_drawn_with_its_own_words():
+    from ddp_lab.collectives.traced import run_traced_collective
+
+    run = run_traced_collective("pairwise", world_size=3, length=6)
+    assert "tens digit" in "".join(frame_texts(run, 0))
+    last = frame_texts(run, 2)
+    assert "step 2 of 2 (exchange)" in last[-1]
+    assert any("equal to dist.all_to_all_single" in t for t in last)
+    assert any("rank 0: 16" in t for t in last)  # W-1 = 2 chunks of 2 float32
+    for trace in run.traces:  # the cells show what the rank held: rank j's chunk for it
+        for chunk in trace.steps[-1].chunks:
+            assert "\n".join(f"{v:g}" for v in chunk.tolist()) in last

@@ -115,3 +115,25 @@ def test_two_d_tensors_and_formatting():
 def test_bad_input(bad, error, message):
     with pytest.raises(error, match=message):
         draw_collective(bad)
+
+
+def all_to_all_recorded():
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    t = torch.tensor([10.0 ** rank * (j + 1) for j in range(world_size)])
+    out = torch.empty(world_size)
+    rec = record("all_to_all").before(input=list(t.chunk(world_size)))
+    dist.all_to_all_single(out, t)
+    return rec.after(output=list(out.chunk(world_size)))
+
+
+def test_all_to_all_parts_are_labelled_with_their_rank():
+    records = ddp_lab.launch(all_to_all_recorded, 3, backend="gloo")
+    fig = draw_collective(records, part_labels={"input": "to {i}", "output": "from {i}"})
+    shown = texts(fig)
+    assert [shown.count(f"to {i}") for i in range(3)] == [3, 3, 3]
+    assert [shown.count(f"from {i}") for i in range(3)] == [3, 3, 3]
+    # the second value of every rank, before on its rank and after on rank 1, in its sender's colour
+    second = [c for c in cells(fig) if c[0] in ("2", "20", "200")]
+    assert sorted(second) == sorted([(f"{2 * 10 ** r}", to_hex(rank_colour(r))) for r in range(3)] * 2)
+    with pytest.raises(ValueError, match="part_labels must map a value's name to a label with"):
+        draw_collective(records, part_labels={"input": "to"})

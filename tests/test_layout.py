@@ -20,7 +20,7 @@ PACKAGE = ROOT / "ddp_lab"
 # torchrun, so none of it may need ddp_lab's launcher.
 IN_RANK_FOLDERS = ("collectives", "data_parallel", "model_parallel")
 # Notebook-side helpers that live beside the algorithm they start.
-STARTS_RANKS = {"ddp_lab.collectives.traced_all_reduce"}
+STARTS_RANKS = {"ddp_lab.collectives.traced"}
 
 # Imported by a Slurm task, or by a page that only draws or computes:
 # none may cost the second that importing torch takes.

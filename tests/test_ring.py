@@ -1,5 +1,6 @@
 """The book's ring all-reduce against torch's, on real gloo ranks."""
 
+import math
 import time
 
 import pytest
@@ -7,11 +8,12 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
+from ddp_lab.collectives.all_to_all import pairwise_all_to_all
 from ddp_lab.collectives.naive import naive_all_reduce
 from ddp_lab.collectives.ring import ring_all_reduce
 from ddp_lab.collectives.step_trace import Trace
 from ddp_lab.collectives.textbook_ring import textbook_ring_all_reduce
-from ddp_lab.collectives.traced_all_reduce import run_traced_all_reduce
+from ddp_lab.collectives.traced import run_traced_all_reduce, run_traced_collective
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
@@ -89,8 +91,8 @@ def test_ring_trace_follows_the_textbook_schedule():
         # after reduce-scatter, rank r owns the full sum of chunk r+1
         owned = (r + 1) % 4
         assert trace.steps[2].contributions[owned] == 4
-        assert torch.equal(trace.steps[2].chunks[owned], run.expected.tensor_split(4)[owned])
-        assert all(torch.equal(c, e) for c, e in zip(trace.steps[-1].chunks, run.expected.tensor_split(4)))
+        assert torch.equal(trace.steps[2].chunks[owned], run.expected[r].tensor_split(4)[owned])
+        assert all(torch.equal(c, e) for c, e in zip(trace.steps[-1].chunks, run.expected[r].tensor_split(4)))
         assert trace.bytes_sent == 2 * 3 * 2 * 4  # 2(W-1) chunks of 2 float32
 
 
@@ -139,3 +141,46 @@ def snapshots_that_disagree_with_their_contributions():
 def test_a_lagging_rank_never_records_data_before_the_step_that_brings_it():
     assert ddp_lab.launch(snapshots_that_disagree_with_their_contributions, 4,
                           backend="gloo") == [[]] * 4
+
+
+def pairwise_against_torch():
+    """Inside a rank: even and uneven splits (zeros included), 1-d and 2-d, against dist.all_to_all_single."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    counts = [[(3 * r + 2 * j) % 4 for j in range(world_size)] for r in range(world_size)]
+    send, receive = counts[rank], [row[rank] for row in counts]
+    agree = []
+    for rows_shape in ((), (3,)):
+        x = torch.arange(float(sum(send) * math.prod(rows_shape))).view(sum(send), *rows_shape) + 100 * rank
+        expected, got = x.new_empty(sum(receive), *rows_shape), x.new_empty(sum(receive), *rows_shape)
+        dist.all_to_all_single(expected, x, receive, send)
+        returned = pairwise_all_to_all(got, x, receive, send)
+        agree.append(returned is got and torch.equal(got, expected))
+    even = torch.arange(2.0 * world_size) + 10 * rank
+    expected, got = torch.empty_like(even), torch.empty_like(even)
+    dist.all_to_all_single(expected, even)
+    pairwise_all_to_all(got, even)
+    return agree + [torch.equal(got, expected)]
+
+
+@pytest.mark.parametrize("world_size", [1, 3, 4])
+def test_pairwise_all_to_all_matches_torch(world_size):
+    assert ddp_lab.launch(pairwise_against_torch, world_size, backend="gloo") == [[True] * 3] * world_size
+
+
+def test_pairwise_trace_meets_every_other_rank_once():
+    run = run_traced_collective("pairwise", world_size=4, length=8)
+    assert run.correct and run.collective == "all_to_all"
+    for trace in run.traces:
+        r = trace.rank
+        assert [s.sends for s in trace.steps] == [[((r + s) % 4, (r + s) % 4)] for s in (1, 2, 3)]
+        assert [s.receives for s in trace.steps] == [[((r - s) % 4, (r - s) % 4)] for s in (1, 2, 3)]
+        # cell j ends holding rank j's chunk j... for this rank: a transpose
+        assert all(torch.equal(c, run.inputs[j].tensor_split(4)[r]) for j, c in enumerate(trace.steps[-1].chunks))
+        assert trace.bytes_sent == 3 * 2 * 4  # W-1 chunks of 2 float32
+
+
+def test_a_traced_collective_is_named_from_the_table():
+    with pytest.raises(ValueError, match="algorithm must be one of 'ring', 'naive', 'pairwise'; got 'tree'"):
+        run_traced_collective("tree")
+    with pytest.raises(ValueError, match="algorithm must be one of 'ring', 'naive'; got 'pairwise'"):
+        run_traced_all_reduce("pairwise")

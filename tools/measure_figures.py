@@ -219,7 +219,7 @@ def widget_figures():
 
 def animation_frames():
     """The ring and naive all-reduce animations of Chapter 6, one frame at a time (needs 4 ranks)."""
-    from ddp_lab.collectives.traced_all_reduce import run_traced_all_reduce
+    from ddp_lab.collectives.traced import run_traced_all_reduce
     from ddp_lab.draw import allreduce
 
     found = []

@@ -4,7 +4,8 @@ tick or as a list of mistakes, each explained.
 
 - Lab 1: ``check_rank_table`` (ranks of a topology), ``check_devices``
   (devices of a process) and ``check_ranks_in_group`` (ranks inside a sub-group).
-- Lab 2: ``check_all_gather`` and ``check_all_reduce``, built from send/recv.
+- Lab 2: ``check_all_gather`` and ``check_all_reduce``, built from send/recv, and
+  ``check_all_to_all`` (an expert dispatch with ``all_to_all_single``).
 - Lab 3: ``check_ring_all_reduce``, message by message against the textbook ring.
 - Lab 4: ``check_ddp``, DDP built from gradient hooks, against torch's DDP.
 - Chapter 8b: ``check_accumulation``, one optimizer step of gradient accumulation
@@ -29,6 +30,7 @@ _EXPORTS = {
     "check_devices": "ddp_lab.checks.devices",
     "check_ranks_in_group": "ddp_lab.checks.group_ranks",
     "check_all_gather": "ddp_lab.checks.collectives",
+    "check_all_to_all": "ddp_lab.checks.collectives",
     "check_all_reduce": "ddp_lab.checks.collectives",
     "check_ring_all_reduce": "ddp_lab.checks.ring",
     "check_ddp": "ddp_lab.checks.ddp",

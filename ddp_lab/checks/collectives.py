@@ -23,6 +23,18 @@ exception, with its last line. Inside the ranks the built-in collectives are
 switched off while the reader's function runs (the exercise is to build
 them), so calling one fails with a message that says so.
 
+Lab 2's last exercise uses a collective instead of building one: the
+reader's ``my_dispatch(tokens, destinations)`` sends each token to the rank
+its destination names, as a mixture-of-experts layer sends tokens to the
+rank of their expert, with ``dist.all_to_all_single`` and uneven split
+sizes. ``check_all_to_all(my_dispatch)`` runs it on real ranks against the
+same exchange done by the checker, and names the two usual slips before
+gloo gets to them (a mismatch of split sizes between ranks makes gloo raise,
+abort the process or, where sizes happen to fit, deliver the wrong tokens):
+input and output split sizes exchanged (``swapped_splits``), and the rank's
+own counts used as output split sizes, the counts never exchanged
+(``no_count_exchange``).
+
 A checker never raises for a wrong answer: it returns a ``CheckResult``
 that prints as a verdict and a list of mistakes.
 """
@@ -42,7 +54,7 @@ from ddp_lab.launcher import serialize
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
 from ddp_lab.validate import check_positive_int, is_int
 
-__all__ = ["check_all_gather", "check_all_reduce", "make_case"]
+__all__ = ["check_all_gather", "check_all_reduce", "check_all_to_all", "make_case", "make_dispatch"]
 
 # Collectives that move data: off while the reader's function runs.
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32)
@@ -461,3 +473,189 @@ def _refusal(kind, name):
     return (f"use send/recv only: dist.{name} is switched off in this lab, because the "
             f"exercise is to build {kind} from point-to-point messages "
             f"(dist.send, dist.recv, dist.isend, dist.irecv)")
+
+
+# --- Lab 2's all-to-all: tokens dispatched to the rank of their expert -------------------
+
+DISPATCH_SIGNATURE = "def my_dispatch(tokens, destinations): ... return the tokens sent to this rank"
+
+
+def make_dispatch(world_size: int, seed: int = 0) -> list:
+    """How many tokens each rank sends each rank: ``counts[r][j]``, from ``seed``.
+
+    Uneven, with some zeros, and drawn again until no rank sends the counts
+    it receives (``counts[r] != column r``): then swapped or unexchanged
+    split sizes are wrong on every rank, not just on most.
+    """
+    g = torch.Generator().manual_seed(seed * 100 + world_size)
+    while True:
+        counts = torch.randint(0, 4, (world_size, world_size), generator=g)
+        if all(not torch.equal(counts[r], counts[:, r]) for r in range(world_size)):
+            return counts.tolist()
+
+
+def dispatch_inputs(counts: list, rank: int):
+    """Rank ``rank``'s ``(tokens, destinations)``: tokens ``100 rank + i``, grouped by destination."""
+    destinations = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts[rank]))
+    tokens = torch.arange(len(destinations), dtype=torch.float32) + 100 * rank
+    return tokens, destinations
+
+
+class SplitSlip(Exception):
+    """The reader's all_to_all_single was called with split sizes that cannot work (sent back)."""
+
+    def __init__(self, kind, message, code_line=""):
+        super().__init__(f"{kind}: {message}")
+        self.kind, self.message, self.code_line = kind, message, code_line
+
+    def __reduce__(self):
+        return SplitSlip, (self.kind, self.message, self.code_line)
+
+
+def _split_list(sizes):
+    return None if sizes is None or len(sizes) == 0 else [int(s) for s in sizes]
+
+
+def _slip(given_in, given_out, send, receive):
+    """(kind, message) for split sizes that differ from ``send`` / ``receive``; None if they are right."""
+    if given_in == send and given_out == receive:
+        return None
+    if given_in == receive and given_out == send:
+        return "swapped_splits", (
+            f"input_split_sizes={given_in} and output_split_sizes={given_out} are swapped: "
+            f"input_split_sizes cuts this rank's tokens by destination, {send}, and "
+            f"output_split_sizes cuts what arrives by source, {receive}, the counts the "
+            f"other ranks sent in the exchange of counts")
+    if given_out == send:
+        return "no_count_exchange", (
+            f"output_split_sizes={given_out} are this rank's own counts, what it sends to each "
+            f"rank; what it receives from each is {receive}, which only the other ranks know. "
+            f"Exchange the counts first: dist.all_to_all_single(received_counts, counts), "
+            f"then cut the output by the received ones")
+    if given_in is None or given_out is None:
+        return "no_splits", (
+            f"without split sizes all_to_all_single cuts the tensors into equal parts, but this "
+            f"rank sends {send} tokens and receives {receive}: pass input_split_sizes and "
+            f"output_split_sizes")
+    return "wrong_splits", (
+        f"called with input_split_sizes={given_in} and output_split_sizes={given_out}; this "
+        f"rank sends {send} tokens to ranks 0, 1, ... and receives {receive} from them")
+
+
+def _recording_all_to_all(send, receive, calls):
+    """A ``dist.all_to_all_single`` that records its split sizes and refuses a slip before gloo sees it.
+
+    Only the exchange of floating-point tokens is judged; the exchange of
+    counts (whole numbers) goes through as it is.
+    """
+    import torch.distributed as dist
+
+    original = dist.all_to_all_single
+
+    def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
+                          group=None, async_op=False):
+        given_in, given_out = _split_list(input_split_sizes), _split_list(output_split_sizes)
+        if isinstance(input, torch.Tensor) and input.is_floating_point():
+            calls.append((given_in, given_out))
+            slip = _slip(given_in, given_out, send, receive)
+            if slip is not None:
+                raise SplitSlip(*slip)
+        return original(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
+
+    return original, all_to_all_single
+
+
+def run_dispatch_on_rank(fn_bytes, counts):
+    """Inside a rank: torch's exchange of this rank's tokens, then the reader's; ``(expected, got)``."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    tokens, destinations = dispatch_inputs(counts, rank)
+    send = counts[rank]
+    receive = [row[rank] for row in counts]
+    expected = tokens.new_empty(sum(receive))
+    dist.all_to_all_single(expected, tokens, receive, send)
+    calls = []
+    original, recording = _recording_all_to_all(send, receive, calls)
+    dist.all_to_all_single = recording
+    try:
+        fn = serialize.loads(fn_bytes)
+        got = fn(tokens.clone(), destinations.clone())
+    except SplitSlip as slip:
+        where = _reader_raised("", slip)
+        raise SplitSlip(slip.kind, slip.message, where.code_line) from None
+    except Exception as error:
+        raise _reader_raised(f"rank {rank}", error) from None
+    finally:
+        dist.all_to_all_single = original
+    return expected, _copy_result(got)
+
+
+def check_all_to_all(fn, *, world_sizes=(3, 4), seed: int = 0, timeout: float = 15) -> CheckResult:
+    """Check the reader's ``my_dispatch(tokens, destinations)`` on real ranks (Lab 2, Exercise 4)."""
+    if not callable(fn):
+        raise TypeError(f"pass your function itself, e.g. check_all_to_all(my_dispatch); got "
+                        f"{type(fn).__name__}: {fn!r}")
+    world_sizes = tuple(world_sizes)
+    for w in world_sizes:
+        if not is_int(w) or not 2 <= w <= 8:
+            raise ValueError(f"world sizes must be whole numbers from 2 to 8, got {w!r}")
+    name = getattr(fn, "__name__", "my_dispatch")
+    subject = (f"{name} against dist.all_to_all_single on world size{'s' if len(world_sizes) > 1 else ''} "
+               f"{_and(world_sizes)}, uneven counts")
+    wrong_signature = signature_mistake(fn, 2, DISPATCH_SIGNATURE)
+    if wrong_signature:
+        return CheckResult(subject, 0, len(world_sizes), "world size", (wrong_signature,))
+    fn_bytes = serialize.dumps(fn)
+    mistakes, correct = [], 0
+    for world_size in world_sizes:
+        where = f"W = {world_size}"
+        counts = make_dispatch(world_size, seed)
+        reports, error = launch_checked(run_dispatch_on_rank, world_size, args=(fn_bytes, counts),
+                                        timeout=timeout)
+        found = _dispatch_failure(where, error, timeout) if error is not None else [
+            m for rank, (expected, got) in enumerate(reports)
+            for m in _compare_dispatch(f"{where}, rank {rank}", expected, got, counts, rank)]
+        correct += not found
+        mistakes += found
+        if found and found[0].kind in ("not_implemented", "exit", "too_slow", "hang", "swapped_splits",
+                                       "no_count_exchange"):
+            break  # the same slip again at every world size
+    return CheckResult(subject, correct, len(world_sizes), "world size", _examples(mistakes, per_kind=1))
+
+
+def _dispatch_failure(where, error, timeout):
+    if isinstance(error, harness.YourCodeExited):
+        return [harness.exit_mistake(where, error)]
+    if isinstance(error, RanksTimedOut):
+        return [harness.timed_out(where, error, timeout,
+                                  "Every rank must call all_to_all_single the same number of times, "
+                                  "the exchange of counts included.")]
+    if isinstance(error, RankDied):
+        return [Mistake(where, "died", f"{error}: gloo stops a process whose messages do not match "
+                                       f"the sizes the other side expects; check the split sizes")]
+    if isinstance(error.exception, SplitSlip):
+        slip = error.exception
+        place = f" ({slip.code_line})" if slip.code_line else ""
+        return [Mistake(f"{where}, rank {error.rank}", slip.kind, slip.message + place)]
+    if isinstance(error.exception, ReaderRaised) and error.exception.last_line.startswith("NotImplementedError"):
+        return [Mistake(name_of(error), "not_implemented",
+                        "not written yet: replace the `raise NotImplementedError` with your code")]
+    return [_failure(where, error)]
+
+
+def _compare_dispatch(where, expected, got, counts, rank):
+    receive = [row[rank] for row in counts]
+    if not isinstance(got, torch.Tensor):
+        return [Mistake(where, "not_a_tensor", f"returned {_describe(got)}; return the tensor of the "
+                                               f"tokens this rank received")]
+    if got.shape != expected.shape:
+        return [Mistake(where, "wrong_shape",
+                        f"returned shape {tuple(got.shape)}, expected {tuple(expected.shape)}: this rank "
+                        f"receives {receive} tokens from ranks 0, 1, ..., {sum(receive)} in all")]
+    if not _same(got, expected):
+        return [Mistake(where, "wrong_values",
+                        f"holds {show_values(got, limit=8)}, expected {show_values(expected, limit=8)}: "
+                        f"rank 0's tokens for this rank first, then rank 1's, ... (a token's hundreds "
+                        f"digit is the rank that sent it)")]
+    return []

@@ -10,8 +10,11 @@
 - ``before_after``: what a rank held before and after a collective (Chapter 5's pictures);
 - ``hierarchical``: an all-reduce that knows which ranks share a node (reduce in the
   node, all-reduce between node leaders, broadcast in the node), from ``new_group`` (Chapter 12b);
-- ``traced_all_reduce``: the one notebook-side module here: it starts ranks
-  with ``ddp_lab.launch`` and brings their traces back (Chapter 6).
+- ``all_to_all``: the pairwise all-to-all, W - 1 exchanges with send/recv (Chapter 5);
+- ``recorder``: which collectives a rank issued and what each handed over (Labs 4, 6; 15b-15g);
+- ``traced``: the one notebook-side module here: it starts ranks with
+  ``ddp_lab.launch``, runs a traced collective (a table entry each) and brings
+  the traces back (Chapters 5 and 6).
 
 Everything else imports nothing from ``ddp_lab.launcher``: it runs unchanged under torchrun.
 """

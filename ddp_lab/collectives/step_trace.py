@@ -1,14 +1,16 @@
 """Traces: what each rank sent, received and held, step by step.
 
-An all-reduce algorithm that is given a ``Trace`` records one ``Step`` per
-communication step on its rank. Traces are plain data (numbers and small
+A collective algorithm that is given a ``Trace`` records one ``Step`` per
+communication step on its rank: an all-reduce (``ring``, ``naive``) or an
+all-to-all (``all_to_all``). Traces are plain data (numbers and small
 tensors), so they can be pickled back to the notebook, checked in tests and
 animated by ``ddp_lab.draw.allreduce`` without starting any process.
 
 Only the first ``max_values`` values of each chunk are kept: enough to draw,
 and cheap enough that tracing a 64 MiB all-reduce costs almost nothing.
 
-Used in Chapter 6 (the ring all-reduce animated) and Chapter 1.
+Used in Chapter 6 (the ring all-reduce animated), Chapter 5 (the all-to-all)
+and Chapter 1.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from dataclasses import dataclass, field
 class Step:
     """One rank's view of one step.
 
-    ``sends`` and ``receives`` hold ``(other rank, chunk index)`` pairs.
-    ``contributions[c]`` counts how many ranks' inputs are summed in chunk c
-    (W means the chunk is finished).
+    ``sends`` and ``receives`` hold ``(other rank, chunk index)`` pairs
+    (chunk None: the whole tensor). ``contributions[c]`` says how far chunk
+    c has come, W meaning finished: in an all-reduce, how many ranks'
+    inputs its sum holds; in an all-to-all, 1 while it is still this rank's
+    chunk for rank c, W once rank c's chunk for this rank has taken its place.
     """
 
     step: int
@@ -35,7 +39,7 @@ class Step:
 
 @dataclass
 class Trace:
-    """One rank's record of one all-reduce."""
+    """One rank's record of one collective, by one algorithm ("ring", "pairwise", ...)."""
 
     algorithm: str = ""
     max_values: int = 16

@@ -1,14 +1,17 @@
-"""Animate a traced all-reduce: every rank's chunks, step by step.
+"""Animate a traced collective: every rank's chunks, step by step.
 
-The picture is drawn from an ``AllReduceRun`` (``ddp_lab.collectives.traced_all_reduce``):
+The picture is drawn from a ``TracedRun`` (``ddp_lab.collectives.traced``):
 the values in the cells are the values the ranks really held after each
-step. Conventions:
+step. Any traced collective is drawn the same way; the words of its first
+and last frames are in :data:`TEXTS`, by collective. Conventions:
 
 - ranks stand on a circle, rank 0 at the top, in the order of the ring;
 - each rank shows its W chunks as cells with their first values;
-- a cell's colour says how many ranks' inputs its sum contains: white for
-  its own input only, deeper blue as partial sums grow, green when the
-  chunk holds the sum of all W inputs;
+- a cell's colour says how far it has come: for an all-reduce, how many
+  ranks' inputs its sum contains, white for its own input only, deeper blue
+  as partial sums grow, green when the chunk holds the sum of all W inputs;
+  for an all-to-all, white while cell j still holds the rank's chunk for
+  rank j, green once rank j's chunk for it has arrived;
 - an arrow is one transfer of this step, labelled with the chunk it carries
   ("all" when the whole tensor travels); a cell with an orange edge has
   just been received.
@@ -27,7 +30,8 @@ step, hidden on screen and shown in print, where the player and its
 buttons are hidden instead (an ``@media print`` rule inside the HTML, so it
 works on any page).
 
-Used in Chapter 6.
+Used in Chapter 6 (the ring and naive all-reduces) and Chapter 5 (the
+pairwise all-to-all).
 """
 
 from __future__ import annotations
@@ -50,7 +54,16 @@ FINISHED = GREEN    # Okabe-Ito green
 RECEIVED = ORANGE    # Okabe-Ito orange
 ARROW = BLUE       # Okabe-Ito blue
 PARTIAL = LinearSegmentedColormap.from_list("partial", ["#ffffff", "#9ecae1"])
-TITLES = {"ring": "Ring all-reduce", "naive": "Naive all-reduce (through rank 0)"}
+TITLES = {"ring": "Ring all-reduce", "naive": "Naive all-reduce (through rank 0)",
+          "pairwise": "Pairwise all-to-all"}
+# By collective: the caption of the inputs' frame, and the last frame's
+# verdict ({verdict}: "equal to" or "DIFFERENT FROM" torch's result).
+TEXTS = {
+    "all_reduce": ("Each rank holds its own input,\ncut into W chunks (c0, c1, ...).",
+                   "Every rank holds the sum,\n{verdict} torch's dist.all_reduce."),
+    "all_to_all": ("Chunk cj of each rank is for rank j;\na value's tens digit is its rank.",
+                   "Cell cj holds rank j's chunk,\n{verdict} dist.all_to_all_single."),
+}
 
 CELL_W, CELL_H = 0.52, 0.56
 RADIUS_X, RADIUS_Y = 2.1, 1.75
@@ -234,13 +247,14 @@ def _title(run, frame):
 
 def _caption(run, frame):
     steps = len(run.traces[0].steps)
+    first, last = TEXTS[run.collective]
     if frame == 0:
-        return "Each rank holds its own input,\ncut into W chunks (c0, c1, ...)."
+        return first
     sent = [sum(_bytes_until(t, frame)) for t in run.traces]
     line = "bytes sent so far:\n" + ", ".join(f"rank {r}: {b}" for r, b in enumerate(sent))
     if frame == steps:
         verdict = "equal to" if run.correct else "DIFFERENT FROM"
-        line += f"\nEvery rank holds the sum,\n{verdict} torch's dist.all_reduce."
+        line += "\n" + last.format(verdict=verdict)
     return line
 
 

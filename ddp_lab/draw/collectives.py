@@ -25,6 +25,11 @@ several (``1111`` is one from every rank). With values that collide (rank 1
 holding 12 while a sum of rank 0's 1 and rank 1's 11 is also 12), a combined
 value may be coloured as a rank's.
 
+A list of tensors can have each of its parts labelled underneath
+(``part_labels={"input": "to {i}", "output": "from {i}"}``): the all-to-all
+of Chapter 5 sends part j of every rank's input to rank j, and the labels
+say which rank each part goes to or came from.
+
 The function returns a matplotlib Figure (closed in pyplot, so a notebook
 shows it once, as the value of the cell).
 
@@ -54,6 +59,7 @@ NOTHING_TEXT = "#8A8A8A"
 GAP_IN_LIST = 0.3  # between the tensors of a list
 GAP_BETWEEN = 0.8  # between two named values of a rank
 NAME_LINE = 0.55  # the name above a value
+PART_LABEL_LINE = 0.6  # the labels under the parts of a list (part_labels)
 ROW_GAP = 0.45  # between two ranks
 LABEL_W = 2.0  # the "rank 0" column
 ARROW_W = 1.6  # the column with the arrows
@@ -101,19 +107,22 @@ def cell_origin(number: float, origins: dict):
     return "shared"
 
 
-def draw_collective(records: Sequence, *, title: str | None = None) -> Figure:
+def draw_collective(records: Sequence, *, title: str | None = None, part_labels: dict | None = None) -> Figure:
     """Draw per-rank records of one operation as a before -> after grid.
 
     ``records``: one :class:`~ddp_lab.collectives.before_after.CollectiveRecord` per rank (any
     order; they are drawn by rank). ``title`` defaults to the records' name
-    and note, e.g. ``"broadcast (src=0)"``.
+    and note, e.g. ``"broadcast (src=0)"``. ``part_labels`` maps the name of
+    a list-valued tensor to a label written under each of its parts, with
+    ``{i}`` for the part's index: ``{"input": "to {i}"}``.
     """
     records = _check_records(records)
+    labels = _check_part_labels(part_labels)
     origins = value_origins(records)
     cw = _cell_width(records)
     before_w = max(_values_width(r.before, cw) for r in records)
     after_w = max(_values_width(r.after, cw) for r in records)
-    heights = [max(_values_height(r.before), _values_height(r.after)) for r in records]
+    heights = [max(_values_height(r.before, labels), _values_height(r.after, labels)) for r in records]
 
     x_before = MARGIN + LABEL_W
     x_arrow = x_before + before_w
@@ -142,8 +151,8 @@ def draw_collective(records: Sequence, *, title: str | None = None) -> Figure:
     y = top - HEADER_H
     for record, h in zip(records, heights):
         _draw_rank_label(ax, record.rank, MARGIN, y, h, fonts)
-        _draw_values(ax, record.before, x_before, y, origins, fonts, cw)
-        _draw_values(ax, record.after, x_after, y, origins, fonts, cw)
+        _draw_values(ax, record.before, x_before, y, origins, fonts, cw, labels)
+        _draw_values(ax, record.after, x_after, y, origins, fonts, cw, labels)
         _draw_arrow(ax, x_arrow, x_after, y - NAME_LINE - (h - NAME_LINE) / 2)
         y -= h + ROW_GAP
     if legend:
@@ -177,6 +186,16 @@ def _check_records(records):
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"two records have the same rank (ranks {ranks}): pass one record per rank")
     return sorted(records, key=lambda r: r.rank)
+
+
+def _check_part_labels(part_labels):
+    if part_labels is None:
+        return {}
+    if not isinstance(part_labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and "{i}" in v for k, v in part_labels.items()):
+        raise ValueError(f"part_labels must map a value's name to a label with {{i}} for the part's "
+                         f"index, e.g. {{'input': 'to {{i}}'}}; got {part_labels!r}")
+    return part_labels
 
 
 def _numbers(value):
@@ -230,9 +249,10 @@ def _name_width(name):
     return 0.28 * len(name)
 
 
-def _values_height(values):
+def _values_height(values, labels):
     rows = max((_value_rows(v) for v in values.values()), default=1)
-    return NAME_LINE + rows
+    labelled = any(isinstance(v, tuple) and v and n in labels for n, v in values.items())
+    return NAME_LINE + rows + (PART_LABEL_LINE if labelled else 0.0)
 
 
 # --- drawing -------------------------------------------------------------------------
@@ -248,7 +268,7 @@ def _draw_rank_label(ax, rank, x, top, h, fonts):
             color=_text_colour(colour))
 
 
-def _draw_values(ax, values, x, top, origins, fonts, cw):
+def _draw_values(ax, values, x, top, origins, fonts, cw, labels):
     if not values:
         _draw_nothing(ax, x, top - NAME_LINE, fonts)
         return
@@ -258,10 +278,15 @@ def _draw_values(ax, values, x, top, origins, fonts, cw):
         if value is None or (isinstance(value, tuple) and not value):
             _draw_nothing(ax, x, top - NAME_LINE, fonts)
         elif isinstance(value, tuple):
-            cx = x
-            for part in value:
+            cx, label = x, labels.get(name)
+            for index, part in enumerate(value):
                 _draw_tensor(ax, part, cx, top - NAME_LINE, origins, fonts, cw)
-                cx += _shape2d(part)[1] * cw + GAP_IN_LIST
+                width = _shape2d(part)[1] * cw
+                if label is not None:
+                    ax.text(cx + width / 2, top - NAME_LINE - _value_rows(value) - PART_LABEL_LINE / 2,
+                            label.format(i=index), ha="center", va="center", fontsize=fonts["name"],
+                            color=MUTED_TEXT)
+                cx += width + GAP_IN_LIST
         else:
             _draw_tensor(ax, value, x, top - NAME_LINE, origins, fonts, cw)
         x += max(_value_width(value, cw), _name_width(name)) + GAP_BETWEEN
