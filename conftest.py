@@ -8,17 +8,12 @@ design (tools/cpu_variants.py is the proof), as it must for a reader's own run.
 """
 
 import json
-import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tests"))
-from plumbing.machine_turns import TIMING_TAG, Turns  # noqa: E402  (standard library only)
 from plumbing.recorded_durations import FILE_DURATIONS, longest_first  # noqa: E402  (standard library only)
 
 # nbval's kernels listen on Unix sockets, not on TCP ports (tests/plumbing/nbval_unix_sockets.py).
@@ -80,46 +75,3 @@ def pytest_sessionfinish(session):
         return  # only the controller writes, once every worker has reported
     FILE_DURATIONS.write_text(json.dumps(
         {path: round(seconds, 1) for path, seconds in sorted(_seconds_per_file.items())}, indent=1) + "\n")
-
-
-# ---------------------------------------------------------------- timing cells alone
-#
-# A notebook cell tagged `measures-time` runs with no other notebook's cell
-# beside it: every notebook cell takes a shared turn on the machine for its
-# setup, call and teardown, and a timing cell takes the machine alone
-# (tests/plumbing/machine_turns.py). The
-# unit tests take no turn: some run for 20 s, and a timing cell waiting for
-# the longest one in progress, with the turnstile closed to everything else,
-# kept the machine half idle (8m25s for the suite at -n 4, against 7 min
-# without turns). The lock files are in a folder the controller makes and
-# hands to its xdist workers.
-
-
-def pytest_configure(config):
-    worker = getattr(config, "workerinput", None)
-    if worker is None:
-        config.turns_folder = tempfile.mkdtemp(prefix="ddp-book-turns-")
-        config.add_cleanup(lambda: shutil.rmtree(config.turns_folder, ignore_errors=True))
-    else:
-        config.turns_folder = worker["turns_folder"]
-    config.turns = Turns(config.turns_folder)
-    config.add_cleanup(config.turns.close)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
-    """xdist, on the controller: the worker's share of the lock folder."""
-    node.workerinput["turns_folder"] = node.config.turns_folder
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    cell = getattr(item, "cell", None)  # nbval's IPyNbCell
-    if cell is None:
-        yield
-        return
-    item.config.turns.take(alone=TIMING_TAG in cell.get("metadata", {}).get("tags", []))
-    try:
-        yield
-    finally:
-        item.config.turns.release()

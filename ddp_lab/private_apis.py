@@ -293,10 +293,6 @@ PRIVATE_APIS = (
         "nbval.plugin.IPyNbFile.kernel", ("tests/plumbing/nbval_unix_sockets.py",),
         "Where nbval's cells find their kernel.", NBVAL, on_instances=True),
     PrivateAPI(
-        "nbval.plugin.IPyNbCell.cell", ("conftest.py",),
-        "The notebook cell of a test item: its tags say whether it measures time and must have the "
-        "machine alone.", NBVAL, on_instances=True),
-    PrivateAPI(
         "nbval.kernel.RunningKernel.km", ("tests/plumbing/nbval_unix_sockets.py",),
         "nbval's kernel object, built around a manager started elsewhere.", NBVAL, on_instances=True),
     PrivateAPI(

@@ -185,7 +185,7 @@ CHAPTER = {
                                "ranks_per_node": 2, "repeats": 5}),
     "hierarchical": (200, flat_vs_hierarchical, {"sizes": [16 * KiB, 256 * KiB, 4 * MiB],
                                                  "ranks_per_node": 2, "repeats": 3}),
-    # One optimizer step per repeat: the cell takes the machine alone for about 7 s instead of 11
+    # One optimizer step per repeat: the cell takes about 7 s instead of 11
     # with two, and the chapter's claims held in each of three runs of either.
     "ddp_100": (100, ddp_step_times, {"widths": (256, 512, 512, 10), "batch": 32, "steps": 1}),
     "ddp_250": (250, ddp_step_times, {"widths": (256, 512, 512, 10), "batch": 32, "steps": 1}),
