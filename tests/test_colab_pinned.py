@@ -49,6 +49,8 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -145,11 +147,24 @@ def prepare(folder: Path, python: Path) -> Path:
     return base
 
 
+def wait_for_preparation(folder: Path, limit_s: float = 1800) -> None:
+    """Wait while another process prepares the base in ``folder``: ``.ci/run`` starts
+    ``--prepare`` beside the suite and removes ``<folder>.preparing`` when it ends (it
+    downloads 2.6 GB: minutes the suite need not wait for, this test alone does)."""
+    marker = folder.with_name(folder.name + ".preparing")
+    deadline = time.monotonic() + limit_s
+    while marker.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{marker} still there after {limit_s:.0f} s: is the preparation stuck?")
+        time.sleep(1)
+
+
 def base_venv() -> Path:
     """The base's python: the one already made from this list, or a new one (minutes)."""
     python = find_python()
     folder = Path(os.environ.get("DDP_LAB_COLAB_VENV")
                   or Path.home() / ".cache" / "ddp-lab" / f"colab-venv-{python.name}")
+    wait_for_preparation(folder)
     try:
         if json.loads((folder / READY).read_text())["key"] == base_key(python):
             return folder / "bin" / "python"
@@ -199,6 +214,19 @@ def installed(base, tmp_path_factory) -> dict:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return {"python": python, "wheel": wheel, "before": before, "planned": planned,
             "after": freeze(python) if done else None, "folder": folder}
+
+
+def test_the_base_is_waited_for_while_another_process_prepares_it(tmp_path):
+    folder = tmp_path / "colab"
+    marker = tmp_path / "colab.preparing"
+    marker.touch()
+    removed = threading.Timer(0.5, marker.unlink)
+    removed.start()
+    wait_for_preparation(folder, limit_s=600)
+    assert not marker.exists()
+    marker.touch()
+    with pytest.raises(pytest.fail.Exception, match="colab.preparing still there after 0 s"):
+        wait_for_preparation(folder, limit_s=0)
 
 
 def test_the_base_has_colabs_versions(base):

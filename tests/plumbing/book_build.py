@@ -128,3 +128,13 @@ def build_failure_report(started: float) -> str:
             report += ["", f"--- {err_log.relative_to(ROOT)} (end) ---", *tail]
     return "\n".join(report + ["", "--- build log (end) ---", *lines[-15:], f"full log: {BUILD_LOG}"])
 
+
+
+if __name__ == "__main__":
+    # .ci/run's clean build: the README's command, stamped, so that the browser
+    # tests find the book fresh instead of building it a second time.
+    try:
+        built_book()
+    except BuildFailed as failure:
+        sys.exit(str(failure))
+    print("\n".join(ANSI_ESCAPE.sub("", BUILD_LOG.read_text()).splitlines()[-8:]))
