@@ -145,10 +145,17 @@ def test_a_log_must_be_a_collective_log():
             pass
 
 
-def test_the_records_chapter_15d_imports_are_the_recorders():
-    from ddp_lab.collectives import recorder
-    from ddp_lab.model_parallel import traffic
-
-    assert (traffic.Collective, traffic.CollectiveLog, traffic.record_collectives) == \
-        (recorder.Collective, recorder.CollectiveLog, recorder.record_collectives)
+def test_the_chapters_import_the_recorder_from_its_one_home():
+    """No module re-exports the recorder under another name: the chapters import it from
+    ddp_lab.collectives.recorder (15d once imported it through a shim, model_parallel/traffic.py)."""
     assert Counter(name for _, name, _ in _classes())["CollectiveLog"] == 1
+    importers = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "import Collective, CollectiveLog, record_collectives" in text and path.name != "recorder.py":
+            importers.add(path.relative_to(ROOT).as_posix())
+    assert importers == set(), f"re-exports of the recorder: {importers}"
+    for notebook in sorted((ROOT / "book").rglob("*.ipynb")):
+        for line in notebook.read_text().splitlines():
+            if "import record_collectives" in line:
+                assert "ddp_lab.collectives.recorder import" in line, (notebook.name, line)

@@ -1,6 +1,6 @@
 """Chapter 15d: the Megatron MLP split with its f and g operators on real gloo ranks
 (ddp_lab.model_parallel.tensor_parallel), the collectives it issues
-(ddp_lab.model_parallel.traffic), torch's own tensor parallelism on gloo, and
+(ddp_lab.collectives.recorder), torch's own tensor parallelism on gloo, and
 the per-layer cost model (ddp_lab.model_parallel.tp_cost)."""
 
 import pytest
@@ -20,7 +20,7 @@ def split_and_compare(tokens, d):
     import torch.distributed as dist
 
     from ddp_lab.model_parallel.tensor_parallel import megatron_mlp, mlp_block, reduce_from_tensor_parallel, shard_mlp
-    from ddp_lab.model_parallel.traffic import record_collectives
+    from ddp_lab.collectives.recorder import record_collectives
 
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -58,7 +58,7 @@ def torch_tensor_parallel(tokens, d):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    from ddp_lab.model_parallel.traffic import record_collectives
+    from ddp_lab.collectives.recorder import record_collectives
 
     def block():
         torch.manual_seed(0)

@@ -33,9 +33,8 @@ follows from it and the group's size (``ddp_lab.cost.ring_bytes``).
 
 This is the package's one dispatch-mode recorder: the checkers of Labs 4
 and 6 (``ddp_lab.checks.ddp``, ``ddp_lab.checks.zero1``) use it to see
-which collectives the reader's code runs, and Chapter 15d (through
-``ddp_lab.model_parallel.traffic``) to count the bytes of tensor
-parallelism.
+which collectives the reader's code runs, and Chapters 15b to 15g to count
+the bytes of each kind of parallelism (per mesh dimension by ``group_name``).
 """
 
 from __future__ import annotations

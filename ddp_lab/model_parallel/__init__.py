@@ -1,7 +1,6 @@
 """Chapters 15, 15c and 15d: splitting the model itself over ranks, and choosing how.
 
 - ``tensor_parallel``: the Megatron MLP split column- and row-wise over ranks, with its f and g operators (15, 15d);
-- ``traffic``: every collective a rank issues, with its phase and bytes, recorded at dispatch (15d);
 - ``tp_cost``: tensor against data parallelism, per layer, in the alpha-beta model (15d);
 - ``choosing``: a layout for a given model and cluster, memory first, then communication (15d);
 - ``pipeline``: GPipe and 1F1B schedules, and the bubble, by arithmetic (no torch) (15, 15c);
