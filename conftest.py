@@ -14,6 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(1, str(ROOT / "tools"))  # tools/offline_browser.py, shared by the browser tests and the PDF
 from plumbing.recorded_durations import FILE_DURATIONS, longest_first  # noqa: E402  (standard library only)
 
 # nbval's kernels listen on Unix sockets, not on TCP ports (tests/plumbing/nbval_unix_sockets.py).

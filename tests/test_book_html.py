@@ -53,22 +53,12 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from offline_browser import CHROMIUM, CHROMIUM_ARGS, LOCAL_HOSTS, serve  # tools/offline_browser.py
 from plumbing.book_build import BUILD, BuildFailed, built_book, inputs_fingerprint, is_fresh
-from widget_pages import CHROMIUM, LOCAL_HOSTS, exercise_controls, serve
+from widget_pages import exercise_controls
 
 ROOT = Path(__file__).resolve().parents[1]
 EXECUTED = BUILD / "jupyter_execute"  # the notebooks as executed by the build
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    # No name but this machine's resolves, so a request for another host fails at
-    # once, offline as on a reader's machine (each one is also reported: Problems).
-    "--host-resolver-rules=MAP * ~NOTFOUND, " + ", ".join(f"EXCLUDE {host}" for host in LOCAL_HOSTS),
-]
 # The phone first: the desktop's visit ends with clicks that change the page.
 WIDTHS = {"phone": {"width": 390, "height": 844}, "desktop": {"width": 1366, "height": 900}}
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

@@ -19,8 +19,8 @@ def split_and_compare(tokens, d):
     """In a rank: the block split with f and g, against the unsplit block; and without f."""
     import torch.distributed as dist
 
-    from ddp_lab.model_parallel.tensor_parallel import megatron_mlp, mlp_block, reduce_from_tensor_parallel, shard_mlp
     from ddp_lab.collectives.recorder import record_collectives
+    from ddp_lab.model_parallel.tensor_parallel import megatron_mlp, mlp_block, reduce_from_tensor_parallel, shard_mlp
 
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

@@ -24,7 +24,8 @@ from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
-from widget_pages import CHROMIUM, LOCAL_HOSTS, exercise_controls, serve, write_page
+from offline_browser import CHROMIUM, LOCAL_HOSTS, serve  # tools/offline_browser.py
+from widget_pages import exercise_controls, write_page
 
 from ddp_lab.cost import bucket_schedule, collective_time
 from ddp_lab.draw.memory import describe_parameters

@@ -7,19 +7,13 @@ the real book are checked by tests/test_book_html.py.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
 import json
-import threading
 from pathlib import Path
 
 from ipywidgets.embed import dependency_state
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_MODULES = ROOT / "node_modules"
-CHROMIUM = "/usr/bin/chromium"  # Debian's, driven by Playwright in both browser tests
-LOCAL_HOSTS = {"127.0.0.1", "localhost"}  # where the pages under test may fetch from
 STATE_MIMETYPE = "application/vnd.jupyter.widget-state+json"
 
 PAGE = """<!DOCTYPE html>
@@ -54,26 +48,6 @@ def write_page(folder: Path, widgets, title: str = "controls") -> Path:
     page.write_text(PAGE.format(title=title, state_mimetype=STATE_MIMETYPE,
                                 state=json.dumps(state).replace("</", "<\\/"), outputs=outputs))
     return page
-
-
-@contextlib.contextmanager
-def serve(folder: Path):
-    """Serve ``folder`` on 127.0.0.1 (a port the system picks); yields the base URL."""
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(Handler, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 # --------------------------------------------------------------- driving the controls

@@ -32,35 +32,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import html
-import http.server
 import io
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import yaml
+from offline_browser import CHROMIUM, CHROMIUM_ARGS, LOCAL_HOSTS, serve  # tools/: shared with the tests
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 OUTPUT = ROOT / "_build" / "pdf" / "book.pdf"
 PRINT_CSS = ROOT / "book" / "_static" / "print.css"
-CHROMIUM = "/usr/bin/chromium"  # Debian's, as in the browser tests (tests/widget_pages.py)
-LOCAL_HOSTS = {"127.0.0.1", "localhost"}
-# As tests/test_book_html.py launches it: no name but this machine's resolves.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--host-resolver-rules=MAP * ~NOTFOUND, " + ", ".join(f"EXCLUDE {host}" for host in LOCAL_HOSTS),
-]
 MARGIN = {"top": "16mm", "bottom": "18mm", "left": "14mm", "right": "14mm"}
 # The width of the text on the paper, 210 - 2 x 14 mm in CSS pixels (96 to the
 # inch): the page is laid out at this width before it is printed, so that what
@@ -120,26 +106,6 @@ def build_html() -> None:
     result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"`jupyter-book build` exited with {result.returncode}:\n{result.stdout[-3000:]}")
-
-
-@contextlib.contextmanager
-def serve(folder: Path):
-    """Serve ``folder`` on 127.0.0.1 (a port the system picks); yields the base URL."""
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(Handler, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from widget_pages import CHROMIUM, serve  # noqa: E402
+from offline_browser import CHROMIUM, CHROMIUM_ARGS, serve  # noqa: E402
 
 WIDTHS = {"phone": {"width": 390, "height": 844}, "desktop": {"width": 1366, "height": 900}}
 
@@ -84,7 +84,6 @@ def measure(html_dir: Path) -> dict[str, dict[str, dict]]:
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from test_book_html import CHROMIUM_ARGS
 
     pages = book_pages(html_dir)
     results: dict[str, dict[str, dict]] = {name: {} for name in pages}
