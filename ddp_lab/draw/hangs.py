@@ -86,27 +86,41 @@ def draw_last_collectives(dumps: Mapping[int, Mapping], *, last: int = 6, title:
     fig, ax = plt.subplots(figsize=(WIDTH, 1.35 + 0.95 * len(ranks)))
     plt.close(fig)  # shown once, as the cell's value
     for lane, rank in enumerate(ranks):
-        y = len(ranks) - 1 - lane
-        mine = by_rank[rank]
-        reached = max(mine) if mine else None
-        for x, seq in enumerate(seqs):
-            call = mine.get(seq)
-            red = seq == first_differ
-            box = FancyBboxPatch((x - 0.44, y - 0.3), 0.88, 0.6, boxstyle="round,pad=0.02,rounding_size=0.06",
-                                 facecolor="white" if call is None else ("#F6D5D2" if red else AGREE),
-                                 edgecolor=ERROR_RED if red else EDGE, linewidth=2 if red else 1,
-                                 linestyle="--" if call is None else "-")
-            ax.add_patch(box)
-            if call is None:
-                ax.text(x, y, "not called", ha="center", va="center", fontsize=FONT, color=MUTED_TEXT)
-                continue
-            op, sizes = call
-            ax.text(x, y + 0.1, op, ha="center", va="center", fontsize=FONT, color=INK)
-            ax.text(x, y - 0.14, sizes, ha="center", va="center", fontsize=FONT, color=TEXT)
-            if seq == reached:
-                ax.annotate("waits here", (x, y - 0.3), (x, y - 0.47), ha="center", va="top",
-                            fontsize=FONT, color=ERROR_RED if red else MUTED_TEXT,
-                            arrowprops=dict(arrowstyle="-", color=EDGE, linewidth=0.8))
+        _draw_lane(ax, len(ranks) - 1 - lane, by_rank[rank], seqs, first_differ)
+    _label_lanes(ax, ranks, seqs)
+    if title is None:
+        title = ("every rank agrees" if first_differ is None else
+                 f"the ranks agree up to number {first_differ - 1}, then call different collectives")
+    ax.set_title(title, fontsize=FONT + 1, color=INK, loc="left")
+    fig.tight_layout()
+    fig.patch.set_facecolor("white")  # opaque: legible on the book's dark theme too
+    return fig
+
+
+def _draw_lane(ax, y: float, mine: dict, seqs: list[int], first_differ: int | None) -> None:
+    """One rank's boxes at height ``y``: a box per sequence number, "waits here" under its last."""
+    reached = max(mine) if mine else None
+    for x, seq in enumerate(seqs):
+        call = mine.get(seq)
+        red = seq == first_differ
+        ax.add_patch(FancyBboxPatch((x - 0.44, y - 0.3), 0.88, 0.6, boxstyle="round,pad=0.02,rounding_size=0.06",
+                                    facecolor="white" if call is None else ("#F6D5D2" if red else AGREE),
+                                    edgecolor=ERROR_RED if red else EDGE, linewidth=2 if red else 1,
+                                    linestyle="--" if call is None else "-"))
+        if call is None:
+            ax.text(x, y, "not called", ha="center", va="center", fontsize=FONT, color=MUTED_TEXT)
+            continue
+        op, sizes = call
+        ax.text(x, y + 0.1, op, ha="center", va="center", fontsize=FONT, color=INK)
+        ax.text(x, y - 0.14, sizes, ha="center", va="center", fontsize=FONT, color=TEXT)
+        if seq == reached:
+            ax.annotate("waits here", (x, y - 0.3), (x, y - 0.47), ha="center", va="top",
+                        fontsize=FONT, color=ERROR_RED if red else MUTED_TEXT,
+                        arrowprops=dict(arrowstyle="-", color=EDGE, linewidth=0.8))
+
+
+def _label_lanes(ax, ranks: list[int], seqs: list[int]) -> None:
+    """Sequence numbers along the bottom, a rank's name on each lane, no frame."""
     ax.set_xticks(range(len(seqs)), [str(s) for s in seqs], fontsize=FONT)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in reversed(ranks)], fontsize=FONT)
     ax.set_xlim(-0.55, len(seqs) - 0.45)
@@ -115,13 +129,6 @@ def draw_last_collectives(dumps: Mapping[int, Mapping], *, last: int = 6, title:
     ax.tick_params(length=0)
     for side in ("top", "right", "left", "bottom"):
         ax.spines[side].set_visible(False)
-    if title is None:
-        title = ("every rank agrees" if first_differ is None else
-                 f"the ranks agree up to number {first_differ - 1}, then call different collectives")
-    ax.set_title(title, fontsize=FONT + 1, color=INK, loc="left")
-    fig.tight_layout()
-    fig.patch.set_facecolor("white")  # opaque: legible on the book's dark theme too
-    return fig
 
 
 def _per_step_ms(times) -> list[tuple[int, float, float]]:
