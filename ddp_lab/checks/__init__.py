@@ -18,6 +18,8 @@ tick or as a list of mistakes, each explained.
   and all-gather) and ``check_memory_answer`` (bytes per rank under DDP and ZeRO-1/2/3).
 - Lab 7: ``check_fsdp_budget``, a model sharded with FSDP2 under a memory budget, its
   loss curve and weights against DDP's.
+- Chapter 15g: ``check_ring_attention``, ring attention from send/recv, against full
+  attention (the running maximum, the log-sum-exp correction, the ring's direction).
 """
 
 from ddp_lab.lazy import lazy_exports
@@ -31,6 +33,7 @@ _EXPORTS = {
     "check_ranks_in_group": "ddp_lab.checks.group_ranks",
     "check_all_gather": "ddp_lab.checks.collectives",
     "check_all_to_all": "ddp_lab.checks.collectives",
+    "check_ring_attention": "ddp_lab.checks.ring_attention",
     "check_all_reduce": "ddp_lab.checks.collectives",
     "check_ring_all_reduce": "ddp_lab.checks.ring",
     "check_ddp": "ddp_lab.checks.ddp",

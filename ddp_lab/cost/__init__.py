@@ -13,7 +13,9 @@ fed with sizes, latencies and bandwidths. The modules build on each other:
 - ``scaling``: the cost of one DDP step on a cluster, and when data
   parallelism stops scaling (Chapter 12b);
 - ``published_scaling``: scaling results others published, and what the
-  model predicts for them (Chapter 12b).
+  model predicts for them (Chapter 12b);
+- ``experts``, ``sequences``: the bytes of expert parallelism's all-to-alls,
+  of ring attention, and when ring attention hides its transfers (Chapter 15g).
 
 The alpha-beta model is what most pages use, so its names are also this
 package's own (``from ddp_lab.cost import collective_time``, ``from ddp_lab
