@@ -134,3 +134,19 @@ def test_all_to_all_bytes_leave_the_own_chunk_out():
         all_to_all_bytes([1, 2, 3], 3)
     with pytest.raises(ValueError, match="input_split_bytes must be one whole number >= 0 per rank"):
         all_to_all_bytes([1, -2], 0)
+
+
+def test_links_keep_the_rated_figure_and_name_the_achieved_one():
+    """Chapter 14b: nccl-tests' ring busbw on NVLink 4 and an NDR card, each with its source."""
+    from ddp_lab.cost.links import LINKS, NVLS_ALLREDUCE_BUSBW, allreduce_seconds
+
+    nvlink, card = LINKS["nvlink"], LINKS["infiniband"]
+    assert (nvlink.bandwidth, nvlink.achieved) == (450e9, 370e9) and "issue 212" in nvlink.achieved_source
+    assert (card.bandwidth, card.achieved) == (50e9, 47e9) and "issue 290" in card.achieved_source
+    assert NVLS_ALLREDUCE_BUSBW[0] > nvlink.bandwidth  # the switch adds: busbw above the line rate
+    real = nvlink.at_achieved()
+    assert real.bandwidth == 370e9 and real.latency == nvlink.latency and "achieved" in real.name
+    assert LINKS["pcie"].at_achieved() is LINKS["pcie"]  # no sourced figure: the rated one stays
+    rated = allreduce_seconds(1e9, 1, 8, intra=nvlink) - 14 * nvlink.latency
+    achieved = allreduce_seconds(1e9, 1, 8, intra=real) - 14 * real.latency
+    assert achieved / rated == pytest.approx(450 / 370)

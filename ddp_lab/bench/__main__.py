@@ -4,17 +4,18 @@
     python -m ddp_lab.bench allreduce  [--world-size 4] [--min 1KiB] [--max 64MiB] [--trace]
     python -m ddp_lab.bench collectives [--world-size 4] [--repeats 5] [--max-bytes N]
     python -m ddp_lab.bench training   [--world-sizes 1 2 4] ...  (see --help)
+    python -m ddp_lab.bench roofline   [--sizes 64 ... 1024] [--device cpu|cuda] [--out FILE]
 
-The command Chapters 5, 6 and 10 show; each benchmark is described in its module.
+The command Chapters 5, 6, 10 and 14b show; each benchmark is described in its module.
 """
 
 import argparse
 import sys
 
-from ddp_lab.bench import allreduce, collectives, launch_speed, training
+from ddp_lab.bench import allreduce, collectives, launch_speed, roofline, training
 
 # These take their own options, --help included.
-FORWARDED = {"collectives": collectives.main, "training": training.main}
+FORWARDED = {"collectives": collectives.main, "training": training.main, "roofline": roofline.main}
 
 
 def main(argv=None):
@@ -41,6 +42,8 @@ def main(argv=None):
 
     train = commands.add_parser("training", help="samples/s at 1, 2, 4 ranks, threads set or not")
     train.add_argument("rest", nargs=argparse.REMAINDER, help="options of ddp_lab.bench.training")
+
+    commands.add_parser("roofline", help="matmul FLOP/s across sizes and memory bandwidth (one process)")
 
     args = parser.parse_args(argv)
     if args.benchmark == "launch":

@@ -14,6 +14,9 @@ fed with sizes, latencies and bandwidths. The modules build on each other:
   parallelism stops scaling (Chapter 12b);
 - ``published_scaling``: scaling results others published, and what the
   model predicts for them (Chapter 12b);
+- ``roofline``: arithmetic intensity, ridge points and the roofline of a
+  GPU's datasheet; how tensor parallelism lowers a layer's intensity
+  (Chapter 14b);
 - ``experts``, ``sequences``: the bytes of expert parallelism's all-to-alls,
   of ring attention, and when ring attention hides its transfers (Chapter 15g).
 

@@ -10,6 +10,15 @@ imports torch.
 >>> two_nodes = allreduce_seconds(1e9, 2, 8, intra=LINKS["nvlink"], inter=LINKS["ethernet100"])
 >>> round(two_nodes / one_node)
 38
+
+Each link keeps its rated speed (``bandwidth``, what the vendor quotes) and,
+where a reader's job will see less, what NCCL's benchmarks reach on it
+(``achieved``, as nccl-tests' bus bandwidth, with its source). A cost model
+that should price a real job takes :meth:`Link.at_achieved`:
+
+>>> nvlink = LINKS["nvlink"]
+>>> nvlink.bandwidth / 1e9, nvlink.achieved / 1e9, nvlink.at_achieved().bandwidth / 1e9
+(450.0, 370.0, 370.0)
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from dataclasses import dataclass
 from ddp_lab.cost.alpha_beta import collective_time
 from ddp_lab.validate import check_positive_int
 
-__all__ = ["Link", "LINKS", "allreduce_seconds"]
+__all__ = ["Link", "LINKS", "NVLS_ALLREDUCE_BUSBW", "allreduce_seconds"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +36,10 @@ class Link:
     """A kind of link: its name, where it is, its bandwidth and latency, and the source.
 
     ``bandwidth`` in bytes/s, one direction, per GPU (NVLink, PCIe) or per
-    network card; ``latency`` in seconds per step of a ring collective.
+    network card: the rated figure; ``latency`` in seconds per step of a ring
+    collective. ``achieved``: the bus bandwidth NCCL's ring reaches on it in
+    nccl-tests (``None`` where the book has no sourced figure), with
+    ``achieved_source``.
     """
 
     name: str
@@ -35,6 +47,15 @@ class Link:
     latency: float
     where: str = ""
     source: str = ""
+    achieved: float | None = None
+    achieved_source: str = ""
+
+    def at_achieved(self) -> "Link":
+        """This link priced at its achieved bandwidth (its rated one where none is known)."""
+        if self.achieved is None:
+            return self
+        return Link(f"{self.name}, achieved", self.achieved, self.latency, self.where,
+                    self.achieved_source, self.achieved, self.achieved_source)
 
 
 # The book's one table of link speeds: Chapter 1 teaches it, Chapter 12b, the
@@ -47,10 +68,26 @@ class Link:
 # model charges a ring step with its Simple protocol (hwLat in NVIDIA/nccl
 # src/graph/tuning.cc: 3.4 us over NVLink, 5.7 us over PCIe, 9.6 us over the
 # network), orders of magnitude to reason with; gloo over TCP is slower still.
+#
+# Achieved figures are nccl-tests' bus bandwidth (busbw = algbw x 2(n-1)/n for an
+# all-reduce, nccl-tests doc/PERFORMANCE.md) at large sizes, as NCCL's own
+# developers gave them: on NVLink 4 "450GB/s is the line rate. With the protocol
+# overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s", seen as
+# busbw with NCCL_ALGO=RING (S. Jeaugey, NVIDIA/nccl-tests issue 212, 2024-05-06);
+# "For NDR @ 400Gbps you should see 46-48GB/s per NIC" (D. Addison, NVIDIA/nccl-tests
+# issue 290, 2025-03-03). An 8-GPU H100 all-reduce with NVLink SHARP (NVLS, NCCL's
+# default there) reports more busbw than the line rate, NVLS_ALLREDUCE_BUSBW: the
+# switch does the additions, so busbw no longer counts bytes on one GPU's wire.
 _NVLINK_LAT, _PCIE_LAT, _NET_LAT = 3.4e-6, 5.7e-6, 9.6e-6
+_NCCL_212 = ("NVIDIA/nccl-tests issue 212 (S. Jeaugey, 2024-05-06): ring busbw about 370 GB/s "
+             "of the 450 GB/s line rate, ~20% protocol overhead")
+NVLS_ALLREDUCE_BUSBW = (480e9, "NVIDIA/nccl-tests issue 212 (S. Jeaugey, 2024-05-06): peak all-reduce "
+                               "busbw ~480 GB/s (algbw ~275 GB/s) on 8 H100 with NVLink SHARP; "
+                               "issue 272 (2024-11-27): 475 GB/s on 8 H200")
 LINKS = {
     "nvlink": Link("NVLink 4 (H100 SXM)", 450e9, _NVLINK_LAT, "inside a node",
-                   "NVIDIA H100 Tensor Core GPU datasheet: NVLink 900 GB/s (both directions)"),
+                   "NVIDIA H100 Tensor Core GPU datasheet: NVLink 900 GB/s (both directions)",
+                   370e9, _NCCL_212),
     "nvlink3": Link("NVLink 3 (A100 SXM)", 300e9, _NVLINK_LAT, "inside a node",
                     "NVIDIA A100 Tensor Core GPU datasheet: NVLink 600 GB/s (both directions)"),
     "nvlink1": Link("NVLink 1 (P100 SXM2)", 80e9, _NVLINK_LAT, "inside a node",
@@ -59,7 +96,9 @@ LINKS = {
     "pcie": Link("PCIe 4.0 x16", 32e9, _PCIE_LAT, "inside a node",
                  "PCI-SIG, PCIe 4.0: 16 GT/s per lane, 64 GB/s for x16 (both directions)"),
     "infiniband": Link("InfiniBand NDR 400 Gb/s", 50e9, _NET_LAT, "between nodes",
-                       "NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port"),
+                       "NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port",
+                       47e9, "NVIDIA/nccl-tests issue 290 (D. Addison, 2025-03-03): 46-48 GB/s "
+                             "busbw per 400 Gb/s NDR card, NCCL_ALGO=RING over two nodes"),
     "infiniband_hdr": Link("InfiniBand HDR 200 Gb/s", 25e9, _NET_LAT, "between nodes",
                            "NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port"),
     "ethernet100": Link("Ethernet 100 Gb/s", 12.5e9, _NET_LAT, "between nodes",
