@@ -71,16 +71,21 @@ def test_the_python_object_follows_the_controls():
     model.set_state({"nodes": 2, "tokens_per_gpu": 1024, "utilisation": 0.5})
     compute = scaling.compute_seconds(7e9, 1024, 989e12, 0.5)
     assert model.result["compute"] == compute
-    network = LINKS["infiniband"].bandwidth * 8
+    network = LINKS["infiniband"].achieved * 8  # the control prices links as NCCL reaches them
     assert model.result["all_reduce"] == pytest.approx(collective_time("all_reduce", 14e9, 16, 9.6e-6, network))
     assert model.result["step_serial"] == compute + model.result["all_reduce"]
 
 
 def test_the_scaling_control_answers_chapter_12bs_quiz():
     """Quiz 1 and 2 of Chapter 12b: a 7B model on 16 nodes of 8 H100 at 40%,
-    16-bit gradients; one 400 Gb/s card per GPU, then one per node."""
+    16-bit gradients; one 400 Gb/s card per GPU, then one per node. The quiz
+    prices the cards at their rated 50 GB/s; at the 47 GB/s NCCL reaches on
+    them (the control's default) the all-reduce takes 50/47 as long."""
     model = ScalingModel(parameters=7e9, nodes=16, gpus_per_node=8, cards=8)
+    achieved = model.result["all_reduce"]
+    model.speeds = "rated"
     assert round(model.result["all_reduce"] * 1e3) == 72 and round(model.result["tokens_to_hide"]) == 1016
+    assert round(achieved * 1e3) == 76
     model.cards = 1
     assert round(model.result["all_reduce"] * 1e3) == 558 and round(model.result["tokens_to_hide"], -2) == 7900
     # the hierarchical all-reduce's leader sends through one card, however many the node has

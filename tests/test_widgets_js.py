@@ -206,10 +206,12 @@ def test_bucket_schedule_agrees_with_cost(formulas):
 def test_scaling_model_agrees_with_scaling(formulas):
     """Chapter 12b's control against ddp_lab.cost.scaling, through scaling_model, on a
     grid of every kind of input (both algorithms, one node and many, 1 to 8
-    cards, the two GPUs, 16- and 32-bit gradients)."""
+    cards, the two GPUs, 16- and 32-bit gradients, links with and without an
+    achieved speed, priced at either)."""
     cases = [list(c) for c in itertools.product(
-        (1e8, 7e9, 1e12), (1, 8), (1, 2, 128), ("nvlink1", "pcie"), ("infiniband", "ethernet25"), (1, 8),
-        (256.0, 2.0 ** 20), ("h100", "a100"), (0.05, 1.0), ("flat", "hierarchical"), (2, 4))]
+        (1e8, 7e9, 1e12), (1, 8), (1, 2, 128), ("nvlink", "pcie"), ("infiniband", "ethernet25"), (1, 8),
+        (256.0, 2.0 ** 20), ("h100", "a100"), (0.05, 1.0), ("flat", "hierarchical"), (2, 4),
+        ("achieved", "rated"))]
     answers = module_answers(formulas, ScalingModel(), "scalingModel", cases)
     for case, answer in zip(cases, answers):
         expected = scaling_model(*case)
@@ -278,7 +280,8 @@ def test_without_javascript_the_default_state_is_shown(browser, site):
         memory = statics.nth(1).inner_text()
         assert "120 GB" in memory and "31.4 GB" in memory          # DDP and ZeRO-1 for 7.5B on 64 ranks
         scaling = statics.nth(4).inner_text()
-        assert "7B parameters on 128 GPUs" in scaling and "1,016" in scaling  # tokens that hide the all-reduce
+        assert "7B parameters on 128 GPUs" in scaling and "1,078" in scaling  # tokens that hide the all-reduce
+        assert "achieved link speeds" in scaling                   # priced as NCCL reaches the links
     finally:
         context.close()
 

@@ -125,6 +125,8 @@ SCENARIOS = {
         ("fill", "input[name=utilisation]", "5", {"utilisation": UTILISATIONS[5]}),
         ("click", "[data-name=bytes_per_gradient] button[data-value='4']", None, {"bytes_per_gradient": 4}),
         ("shot",),
+        ("select", "select[name=inter]", "infiniband", {"inter": "infiniband"}),
+        ("click", "[data-name=speeds] button[data-value='rated']", None, {"speeds": "rated"}),
     ],
 }
 

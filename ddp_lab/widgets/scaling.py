@@ -3,7 +3,9 @@
 The reader picks a model size, a cluster (GPUs per node, nodes, the link
 inside a node, the network card and how many of them per node), a GPU and
 the share of its peak it reaches, the tokens each GPU processes per step,
-the gradients' precision and the all-reduce (flat ring or hierarchical).
+the gradients' precision, the all-reduce (flat ring or hierarchical), and
+the links' speeds: as NCCL's benchmarks reach them (``achieved``, the
+default: what a reader's job will see) or as their vendors rate them.
 The control shows what :mod:`ddp_lab.cost.scaling` answers:
 
 * the compute of one step (``6 P T / (F x utilisation)``), the all-reduce
@@ -21,15 +23,20 @@ The network: a flat ring leaves each node through all its cards at once
 bandwidth; the hierarchical all-reduce of Chapter 12b sends through one
 leader per node, hence one card. Links and GPUs come from
 :data:`ddp_lab.cost.links.LINKS` and :data:`ddp_lab.cost.scaling.GPUS`, with their
-sources. The JavaScript repeats the formulas; ``tests/test_widgets_js.py``
+sources; a link's achieved speed is the bus bandwidth nccl-tests reaches on
+it (``Link.achieved``, with its source and date; the rated one where the
+book has none). The JavaScript repeats the formulas; ``tests/test_widgets_js.py``
 checks them against Python on a grid. In a kernel, ``control.result`` is
 Python's answer for the setting on screen. A setting that is a bool, NaN, or
 a float where a count is wanted is refused as :mod:`ddp_lab.cost.scaling`
 refuses that argument, in its words.
 
->>> control = ScalingModel(parameters=7e9, nodes=16, tokens_per_gpu=1024)
+>>> control = ScalingModel(parameters=7e9, nodes=16, tokens_per_gpu=1024, speeds="rated")
 >>> round(control.result["all_reduce"] * 1e3), f"{control.result['efficiency_serial']:.0%}"
 (72, '60%')
+>>> control.speeds = "achieved"  # 47 GB/s of 50 per InfiniBand card
+>>> round(control.result["all_reduce"] * 1e3), f"{control.result['efficiency_serial']:.0%}"
+(76, '59%')
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from ddp_lab.validate import check_positive_int, check_positive_number, is_numbe
 from .control import CheckedEnum, CheckedFloat, CheckedInt, Control, figure_html, javascript
 
 __all__ = ["ScalingModel", "scaling_model", "NODES", "GPUS_PER_NODE", "TOKENS", "UTILISATIONS",
-           "INTRA_LINKS", "INTER_LINKS"]
+           "INTRA_LINKS", "INTER_LINKS", "SPEEDS"]
 
 GPUS_PER_NODE = (1, 2, 4, 8)
 NODES = tuple(2 ** k for k in range(8))                        # 1 to 128 nodes: up to 1024 GPUs
@@ -59,28 +66,36 @@ MAX_CARDS = 8
 INTRA_LINKS = tuple(key for key, link in LINKS.items() if link.where == "inside a node")
 INTER_LINKS = tuple(key for key, link in LINKS.items() if link.where == "between nodes")
 ALGORITHMS = ("flat", "hierarchical")
+SPEEDS = ("achieved", "rated")
 COLOURS = {"forward": SKY_BLUE, "backward": GREEN, "comm": BLUE, "exposed": VERMILLION}
 
 
 def scaling_model(parameters: float, gpus_per_node: int, nodes: int, intra: str, inter: str, cards: int,
                   tokens_per_gpu: float, gpu: str, utilisation: float, algorithm: str,
-                  bytes_per_gradient: int) -> dict:
+                  bytes_per_gradient: int, speeds: str = "achieved") -> dict:
     """Python's answer for one setting of the control, from :mod:`ddp_lab.cost.scaling`.
 
     ``intra`` and ``inter`` are keys of :data:`ddp_lab.cost.links.LINKS`, ``gpu``
     of :data:`ddp_lab.cost.scaling.GPUS`; ``cards`` network cards per node (a flat
-    ring uses them all, the hierarchical all-reduce's leader one).
+    ring uses them all, the hierarchical all-reduce's leader one); ``speeds``
+    "achieved" prices the links at what nccl-tests reaches on them, "rated" at
+    their vendors' figures.
     """
+    if speeds not in SPEEDS:
+        raise ValueError(f"speeds must be one of {SPEEDS}, got {speeds!r}")
     flops = scaling.GPUS[gpu].flops
     compute = scaling.compute_seconds(parameters, tokens_per_gpu, flops, utilisation)
     nbytes = parameters * bytes_per_gradient
-    card = LINKS[inter]
+    def priced(key):
+        return LINKS[key].at_achieved() if speeds == "achieved" else LINKS[key]
+
+    card = priced(inter)
     network = None
     if nodes > 1:
         network = card if algorithm == "hierarchical" else Link(card.name, cards * card.bandwidth, card.latency)
     reduce = (scaling.hierarchical_all_reduce_seconds if algorithm == "hierarchical"
               else scaling.flat_all_reduce_seconds)
-    all_reduce = reduce(nbytes, nodes, gpus_per_node, intra=LINKS[intra], inter=network)
+    all_reduce = reduce(nbytes, nodes, gpus_per_node, intra=priced(intra), inter=network)
     serial = scaling.step_seconds(compute, all_reduce, overlap=False)
     overlapped = scaling.step_seconds(compute, all_reduce, overlap=True)
     return {
@@ -105,7 +120,8 @@ def _check_utilisation(name, value):
 def _constants() -> dict:
     def link(key):
         found = LINKS[key]
-        return {"name": found.name, "bandwidth": found.bandwidth, "latency": found.latency, "source": found.source}
+        return {"name": found.name, "bandwidth": found.bandwidth, "latency": found.latency, "source": found.source,
+                "achieved": found.achieved, "achieved_source": found.achieved_source}
 
     return {
         "gpus_per_node": list(GPUS_PER_NODE),
@@ -141,13 +157,14 @@ class ScalingModel(Control):
     utilisation = CheckedEnum(UTILISATIONS, default_value=0.4, check=_check_utilisation).tag(sync=True)
     algorithm = traitlets.Enum(ALGORITHMS, default_value="flat").tag(sync=True)
     bytes_per_gradient = CheckedEnum((2, 4), default_value=2, check=check_positive_int).tag(sync=True)
+    speeds = traitlets.Enum(SPEEDS, default_value="achieved").tag(sync=True)
 
     _esm = javascript("scaling.js", _constants())
 
     def _arguments(self, nodes=None) -> tuple:
         return (self.parameters, self.gpus_per_node, self.nodes if nodes is None else nodes, self.intra,
                 self.inter, self.cards, self.tokens_per_gpu, self.gpu, self.utilisation, self.algorithm,
-                self.bytes_per_gradient)
+                self.bytes_per_gradient, self.speeds)
 
     @property
     def result(self) -> dict:
@@ -168,7 +185,7 @@ class ScalingModel(Control):
         gpus = self.nodes * self.gpus_per_node
         return (f"{describe_parameters(self.parameters)} parameters on {gpus} GPUs "
                 f"({self.nodes} x {self.gpus_per_node}), {self.tokens_per_gpu:,.0f} tokens per GPU, "
-                f"{self.algorithm} all-reduce")
+                f"{self.algorithm} all-reduce, {self.speeds} link speeds")
 
     def static_html(self) -> str:
         import matplotlib.pyplot as plt

@@ -65,18 +65,23 @@ function tokensToHide(parameters, allReduce, flops, utilisation) {
 
 /** ddp_lab.widgets.scaling.scaling_model: everything the control shows for one setting. */
 function scalingModel(parameters, gpusPerNode, nodes, intra, inter, cards, tokens, gpu, utilisation, algorithm,
-                      bytesPerGradient) {
+                      bytesPerGradient, speeds) {
+  // Link.at_achieved: nccl-tests' bus bandwidth where the book has one, else the rated figure
+  const priced = (key) => {
+    const link = PY.links[key];
+    return speeds === "achieved" && link.achieved ? {...link, bandwidth: link.achieved} : link;
+  };
   const flops = PY.gpus[gpu].flops;
   const compute = computeSeconds(parameters, tokens, flops, utilisation);
   const nbytes = parameters * bytesPerGradient;
-  const card = PY.links[inter];
+  const card = priced(inter);
   let network = null;
   if (nodes > 1) {
     // a flat ring leaves the node through all its cards; a hierarchical leader through one
     network = algorithm === "hierarchical" ? card : {bandwidth: cards * card.bandwidth, latency: card.latency};
   }
   const reduce = algorithm === "hierarchical" ? hierarchicalAllReduceSeconds : flatAllReduceSeconds;
-  const allReduce = reduce(nbytes, nodes, gpusPerNode, PY.links[intra], network);
+  const allReduce = reduce(nbytes, nodes, gpusPerNode, priced(intra), network);
   const serial = stepSeconds(compute, allReduce, false);
   const overlapped = stepSeconds(compute, allReduce, true);
   return {
@@ -171,11 +176,12 @@ function drawCurve(args) {
 // ------------------------------------------------------------- the control
 
 const NAMES = ["parameters", "gpus_per_node", "nodes", "intra", "inter", "cards", "tokens_per_gpu", "gpu",
-               "utilisation", "algorithm", "bytes_per_gradient"];
+               "utilisation", "algorithm", "bytes_per_gradient", "speeds"];
 
 function linkOption(key) {
   const link = PY.links[key];
-  return [key, `${link.name} (${formatBandwidth(link.bandwidth)})`];
+  const achieved = link.achieved ? `, ${formatBandwidth(link.achieved)} achieved` : "";
+  return [key, `${link.name} (${formatBandwidth(link.bandwidth)} rated${achieved})`];
 }
 
 function render({model, el}) {
@@ -206,13 +212,15 @@ function render({model, el}) {
                         onChange: set("algorithm")}),
     bytes_per_gradient: buttons({name: "bytes_per_gradient", label: "gradients", value: get("bytes_per_gradient"),
                                  options: [[2, "16-bit"], [4, "32-bit"]], onChange: set("bytes_per_gradient")}),
+    speeds: buttons({name: "speeds", label: "link speeds", value: get("speeds"),
+                     options: [["achieved", "as NCCL reaches them"], ["rated", "rated"]], onChange: set("speeds")}),
   };
   const row = (...names) => html("div", {class: "ddp-controls"}, names.map((name) => controls[name].element));
   root.append(row("parameters", "tokens_per_gpu"),
               row("gpus_per_node", "nodes", "cards"),
               row("intra", "inter"),
               row("gpu", "utilisation"),
-              row("algorithm", "bytes_per_gradient"), out);
+              row("algorithm", "bytes_per_gradient", "speeds"), out);
   el.append(root);
 
   function redraw() {
@@ -220,13 +228,13 @@ function render({model, el}) {
     NAMES.forEach((name, i) => controls[name].set(args[i]));
     const answer = scalingModel(...args);
     root.dataset.result = JSON.stringify(answer);
-    const [parameters, gpusPerNode, nodes, , , , tokens, , , algorithm] = args;
+    const [parameters, gpusPerNode, nodes, , , , tokens, , , algorithm, , speeds] = args;
     const number = (name, label, value) => html("span", {class: "ddp-number", "data-name": name}, label,
                                                html("b", {}, value));
     out.replaceChildren(
       html("div", {class: "ddp-title"},
            `${describeParameters(parameters)} parameters on ${nodes * gpusPerNode} GPUs (${nodes} x ${gpusPerNode}), ` +
-           `${count(tokens)} tokens per GPU, ${algorithm} all-reduce`),
+           `${count(tokens)} tokens per GPU, ${algorithm} all-reduce, ${speeds} link speeds`),
       html("div", {class: "ddp-numbers"},
         number("compute", "compute ", formatSeconds(answer.compute)),
         number("all_reduce", "all-reduce ", formatSeconds(answer.all_reduce)),
