@@ -127,6 +127,25 @@ PRIVATE_APIS = (
         "Chapter 15d counts the bytes of tensor parallelism's. The documented way to intercept "
         "operators, in a private module.", TORCH),
     PrivateAPI(
+        "torch.distributed.pipelining.schedules.PipelineScheduleMulti.pipeline_order",
+        ("ddp_lab/model_parallel/deep_pipelines.py",),
+        "The order of actions a multi-stage schedule gives each rank (None where it idles): Chapter 15f "
+        "prints it, and counts each schedule's bubble from it. An attribute without an underscore but "
+        "undocumented, holding private _Action tuples.", TORCH, on_instances=True),
+    PrivateAPI(
+        "torch.distributed.pipelining.schedules._Action.computation_type",
+        ("ddp_lab/model_parallel/deep_pipelines.py",),
+        "What an action of pipeline_order does (F, B, I, W, ...), with stage_index and "
+        "microbatch_index: the fields of the private NamedTuple _Action that Chapter 15f reads.",
+        TORCH),
+    PrivateAPI(
+        "torch.distributed.tensor._redistribute", ("ddp_lab/model_parallel/two_d.py",),
+        "Its logger, by the module's name (logging.getLogger): it warns that a redistribution over two "
+        "mesh dimensions took several collectives where a flattened mesh would take one, which "
+        "full_tensor() of Chapter 15f's 2-D parameters does when they are compared with one "
+        "process's. The chapter sets it to errors only, so that the page shows the run.", TORCH,
+        spelled="torch.distributed.tensor._redistribute"),
+    PrivateAPI(
         "torch.ops.c10d", ("ddp_lab/collectives/recorder.py",),
         "Under a dispatch mode, collectives are operators of the c10d namespace (c10d.allreduce_, "
         "c10d.broadcast_, ...): the recorder of Labs 4 and 6 and Chapter 15d tells them by that name.",

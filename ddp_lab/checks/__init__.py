@@ -18,6 +18,8 @@ tick or as a list of mistakes, each explained.
   and all-gather) and ``check_memory_answer`` (bytes per rank under DDP and ZeRO-1/2/3).
 - Lab 7: ``check_fsdp_budget``, a model sharded with FSDP2 under a memory budget, its
   loss curve and weights against DDP's.
+- Lab 8: ``check_two_d_layout``, FSDP x tensor parallelism on a 2x2 mesh, against
+  one process (mesh dimensions, the order of the two calls, the plan, the loss's group).
 - Chapter 15g: ``check_ring_attention``, ring attention from send/recv, against full
   attention (the running maximum, the log-sum-exp correction, the ring's direction).
 """
@@ -34,6 +36,7 @@ _EXPORTS = {
     "check_all_gather": "ddp_lab.checks.collectives",
     "check_all_to_all": "ddp_lab.checks.collectives",
     "check_ring_attention": "ddp_lab.checks.ring_attention",
+    "check_two_d_layout": "ddp_lab.checks.two_d",
     "check_all_reduce": "ddp_lab.checks.collectives",
     "check_ring_all_reduce": "ddp_lab.checks.ring",
     "check_ddp": "ddp_lab.checks.ddp",

@@ -17,6 +17,8 @@ fed with sizes, latencies and bandwidths. The modules build on each other:
 - ``roofline``: arithmetic intensity, ridge points and the roofline of a
   GPU's datasheet; how tensor parallelism lowers a layer's intensity
   (Chapter 14b);
+- ``two_d``: the collectives of FSDP x tensor parallelism on a 2-D mesh, per
+  dimension and phase (Chapter 15f);
 - ``experts``, ``sequences``: the bytes of expert parallelism's all-to-alls,
   of ring attention, and when ring attention hides its transfers (Chapter 15g).
 

@@ -1,4 +1,4 @@
-"""Chapters 15, 15c, 15d and 15g: splitting the model itself over ranks, and choosing how.
+"""Chapters 15, 15c, 15d, 15f and 15g: splitting the model itself over ranks, and choosing how.
 
 - ``tensor_parallel``: the Megatron MLP split column- and row-wise over ranks, with its f and g operators (15, 15d);
 - ``tp_cost``: tensor against data parallelism, per layer, in the alpha-beta model (15d);
@@ -8,6 +8,10 @@
   micro-batch's forward and backward timed (15c);
 - ``pipeline_timeline``: what a run's records say: order, bubble, activations held (15c);
 - ``checkpointing``: activation checkpointing, its memory saved and its recomputation counted (15c);
+- ``two_d``: FSDP x tensor parallelism on a 2-D ``DeviceMesh``, its collectives per mesh
+  dimension, and the recipe from a chosen layout to the two calls (15f);
+- ``deep_pipelines``: interleaved 1F1B and zero-bubble schedules with virtual stages, and
+  data x pipeline parallelism (15f);
 - ``experts``: a mixture-of-experts layer, one expert per rank, tokens dispatched and combined
   with all-to-all (15g);
 - ``ring_attention``: context parallelism, key/value blocks passed round a ring, softmax

@@ -26,16 +26,23 @@ forward on stage s needs the same micro-batch's forward on s - 1, a backward
 on s needs its backward on s + 1 (or its own forward, on the last stage), and
 a stage does one thing at a time, in its schedule's order.
 
-Used in Chapter 15.
+:func:`simulate_actions` does the same for any schedule given as each
+rank's list of actions, several stages per rank and the backward split in
+two (torch's interleaved and zero-bubble schedules, Chapter 15f), and
+:func:`idle_fraction` reads the bubble off the result as an exact fraction.
+
+Used in Chapters 15 and 15f.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ddp_lab.validate import check_positive_int, check_positive_number
 
-__all__ = ["Slot", "SCHEDULES", "MAX_STAGES", "MAX_MICROBATCHES", "pipeline_schedule", "bubble_fraction"]
+__all__ = ["Slot", "SCHEDULES", "MAX_STAGES", "MAX_MICROBATCHES", "pipeline_schedule", "bubble_fraction",
+           "UNIT_COSTS", "simulate_actions", "idle_fraction"]
 
 SCHEDULES = ("gpipe", "1f1b")
 # The largest pipeline simulated: every slot is computed in Python (128 stages of 1,024 micro-batches,
@@ -46,13 +53,21 @@ MAX_MICROBATCHES = 1024
 
 @dataclass(frozen=True)
 class Slot:
-    """One piece of work: ``phase`` ("F" or "B") of ``microbatch`` on ``stage``, from ``start`` to ``end``."""
+    """One piece of work: ``phase`` of ``microbatch`` on ``stage``, from ``start`` to ``end``.
+
+    ``phase`` is "F" (forward) or "B" (the whole backward); a zero-bubble
+    schedule splits the backward into "I" (the gradient of the input, sent
+    back at once) and "W" (the gradient of the weights, done later).
+    ``rank`` is the rank that ran it, where a rank holds several stages
+    (Chapter 15f); None where each rank is one stage.
+    """
 
     stage: int
     phase: str
     microbatch: int
     start: float
     end: float
+    rank: int | None = None
 
 
 def _order(schedule: str, stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
@@ -120,3 +135,85 @@ def bubble_fraction(stages: int, microbatches: int) -> float:
     check_positive_int("stages", stages)
     check_positive_int("microbatches", microbatches)
     return (stages - 1) / (microbatches + stages - 1)
+
+
+# The zero-bubble paper's costs (Qi et al., 2024, "Zero Bubble Pipeline Parallelism", section 2):
+# a forward, the input's gradient and the weights' gradient each take one unit; the whole backward two.
+UNIT_COSTS = {"F": 1, "B": 2, "I": 1, "W": 1}
+
+
+def _needs(stage: int, phase: str, microbatch: int, last: int):
+    """The action that must end before this one starts, on whatever rank; None for none."""
+    if phase == "F":
+        return (stage - 1, "F", microbatch) if stage > 0 else None
+    if phase == "W":
+        return stage, "I", microbatch
+    if stage == last:
+        return stage, "F", microbatch
+    return stage + 1, "BI", microbatch  # the next stage's backward, whole or input only
+
+
+def simulate_actions(orders: dict, costs: dict | None = None) -> list[Slot]:
+    """Every action of a step, each rank doing its list in order, each waiting for its input.
+
+    ``orders`` maps a rank to its actions, ``(stage, phase, microbatch)``,
+    phase "F", "B", "I" or "W" (torch's ``pipeline_order`` with the idle
+    ``None`` left out); ``costs`` the duration of each phase, whole numbers
+    by default (:data:`UNIT_COSTS`), so that the times are exact.
+
+    >>> slots = simulate_actions({0: [(0, "F", 0), (0, "B", 0)], 1: [(1, "F", 0), (1, "B", 0)]})
+    >>> [(s.rank, s.phase, s.start, s.end) for s in slots]
+    [(0, 'F', 0, 1), (0, 'B', 4, 6), (1, 'F', 1, 2), (1, 'B', 2, 4)]
+    """
+    costs = dict(UNIT_COSTS if costs is None else costs)
+    actions = [(rank, tuple(action)) for rank, order in orders.items() for action in order]
+    for rank, (stage, phase, microbatch) in actions:
+        if phase not in costs:
+            raise ValueError(f"phase must be one of {', '.join(map(repr, costs))}, got {phase!r} (rank {rank})")
+    last = max(stage for _, (stage, _, _) in actions)
+    done: dict[tuple[int, str, int], float] = {}
+    position = {rank: 0 for rank in orders}
+    free = {rank: 0 for rank in orders}
+    slots = []
+    while len(slots) < len(actions):
+        progressed = False
+        for rank, order in orders.items():
+            if position[rank] == len(order):
+                continue
+            stage, phase, microbatch = order[position[rank]]
+            needs = _needs(stage, phase, microbatch, last)
+            if needs is not None and needs[1] == "BI":
+                ends = [done[k] for k in ((needs[0], "B", microbatch), (needs[0], "I", microbatch)) if k in done]
+                if not ends:
+                    continue
+                ready = ends[0]
+            elif needs is not None:
+                if needs not in done:
+                    continue
+                ready = done[needs]
+            else:
+                ready = 0
+            start = max(free[rank], ready)
+            end = start + costs[phase]
+            slots.append(Slot(stage, phase, microbatch, start, end, rank))
+            done[stage, phase, microbatch], free[rank] = end, end
+            position[rank] += 1
+            progressed = True
+        if not progressed:
+            raise RuntimeError("the schedule deadlocks: every rank waits for an action no rank can do next")
+    return sorted(slots, key=lambda slot: (slot.rank, slot.start))
+
+
+def idle_fraction(slots) -> Fraction:
+    """The idle share of the ranks from the first start to the last end, exact for whole-number times.
+
+    >>> idle_fraction(simulate_actions({0: [(0, "F", 0), (0, "B", 0)], 1: [(1, "F", 0), (1, "B", 0)]}))
+    Fraction(1, 2)
+
+    That is (P - 1) / (M + P - 1) for P = 2 stages and M = 1 micro-batch.
+    """
+    slots = list(slots)
+    rows = {slot.stage if slot.rank is None else slot.rank for slot in slots}
+    span = Fraction(max(s.end for s in slots)) - Fraction(min(s.start for s in slots))
+    busy = sum(Fraction(s.end) - Fraction(s.start) for s in slots)
+    return 1 - busy / (len(rows) * span)

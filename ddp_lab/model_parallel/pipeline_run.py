@@ -44,7 +44,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from ddp_lab.model_parallel.pipeline import SCHEDULES, Slot
 from ddp_lab.validate import check_choice, check_positive_int
 
-__all__ = ["TimedStage", "StageRun", "split_stages", "run_pipeline"]
+__all__ = ["TimedStage", "StageRun", "split_stages", "run_pipeline", "timed_stage"]
 
 SCHEDULE_CLASSES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}  # the keys are pipeline.SCHEDULES
 
@@ -84,13 +84,20 @@ class TimedStage(PipelineStage):
     def forward_one_chunk(self, fwd_chunk_id, *args, **kwargs):
         start = time.perf_counter()
         output = super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)
-        self.slots.append(Slot(self.stage_index, "F", fwd_chunk_id, start, time.perf_counter()))
+        self.slots.append(Slot(self.stage_index, "F", fwd_chunk_id, start, time.perf_counter(), self.group_rank))
         return output
 
-    def backward_one_chunk(self, bwd_chunk_id, *args, **kwargs):
+    def backward_one_chunk(self, bwd_chunk_id, *args, full_backward: bool = True, **kwargs):
+        # a zero-bubble schedule asks for the input's gradient only ("I"), the weights' later ("W")
         start = time.perf_counter()
-        super().backward_one_chunk(bwd_chunk_id, *args, **kwargs)
-        self.slots.append(Slot(self.stage_index, "B", bwd_chunk_id, start, time.perf_counter()))
+        super().backward_one_chunk(bwd_chunk_id, *args, full_backward=full_backward, **kwargs)
+        phase = "B" if full_backward else "I"
+        self.slots.append(Slot(self.stage_index, phase, bwd_chunk_id, start, time.perf_counter(), self.group_rank))
+
+    def backward_weight_one_chunk(self, bwd_chunk_id, *args, **kwargs):
+        start = time.perf_counter()
+        super().backward_weight_one_chunk(bwd_chunk_id, *args, **kwargs)
+        self.slots.append(Slot(self.stage_index, "W", bwd_chunk_id, start, time.perf_counter(), self.group_rank))
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,17 @@ class StageRun:
 def _features(stage: nn.Sequential) -> tuple[int, int]:
     linears = [layer for layer in stage if isinstance(layer, nn.Linear)]
     return linears[0].in_features, linears[-1].out_features
+
+
+def timed_stage(module: nn.Sequential, index: int, stages: int, microbatch_size: int, group=None) -> TimedStage:
+    """Stage ``index`` of ``stages``, ``module`` (a stage of :func:`split_stages`), for micro-batches of
+    ``microbatch_size`` samples, on this rank of ``group``."""
+    inputs, outputs = _features(module)
+    # The shapes each stage receives and sends, given up front (torch's "static" mode); an input
+    # that requires grad is one whose gradient goes back to the previous stage.
+    return TimedStage(module, index, stages, torch.device("cpu"), group=group,
+                      input_args=torch.empty(microbatch_size, inputs, requires_grad=index > 0),
+                      output_args=torch.empty(microbatch_size, outputs, requires_grad=True))
 
 
 def run_pipeline(model: nn.Sequential, x: torch.Tensor, y: torch.Tensor, *, schedule: str,
@@ -147,12 +165,7 @@ def run_pipeline(model: nn.Sequential, x: torch.Tensor, y: torch.Tensor, *, sche
     index = dist.get_rank(group)
     module = split_stages(model, stages)[index]
     size = x.shape[0] // microbatches
-    inputs, outputs = _features(module)
-    # The shapes each stage receives and sends, given up front (torch's "static" mode); an input
-    # that requires grad is one whose gradient goes back to the previous stage.
-    stage = TimedStage(module, index, stages, torch.device("cpu"), group=group,
-                       input_args=torch.empty(size, inputs, requires_grad=index > 0),
-                       output_args=torch.empty(size, outputs, requires_grad=True))
+    stage = timed_stage(module, index, stages, size, group)
     runner = SCHEDULE_CLASSES[schedule](stage, microbatches, loss_fn=F.cross_entropy)
     first, last = index == 0, index == stages - 1
     runs = []

@@ -95,14 +95,26 @@ def respects_dependencies(slots: Iterable[Slot]) -> bool:
     return True
 
 
-def measured_bubble(slots: Iterable[Slot]) -> float:
-    """The idle fraction of the stages from the first start to the last end: 1 - busy / (P x span)."""
+def measured_bubble(slots: Iterable[Slot], by: str = "stage") -> float:
+    """The idle fraction of the stages from the first start to the last end: 1 - busy / (P x span).
+
+    ``by="rank"`` counts the ranks instead, for schedules with several stages
+    per rank (Chapter 15f); the slots must then carry their ``rank``.
+    """
     slots = _checked(slots)
+    if by not in ("stage", "rank"):
+        raise ValueError(f"by must be 'stage' or 'rank', got {by!r}")
     span = max(slot.end for slot in slots) - min(slot.start for slot in slots)
     if span <= 0:
         raise ValueError("the slots take no time: the bubble of an empty step is undefined")
     busy = sum(slot.end - slot.start for slot in slots)
-    return 1 - busy / (len(_stages(slots)) * span)
+    if by == "rank":
+        if any(slot.rank is None for slot in slots):
+            raise ValueError("by='rank' needs slots that carry their rank (TimedStage records it)")
+        rows = len({slot.rank for slot in slots})
+    else:
+        rows = len(_stages(slots))
+    return 1 - busy / (rows * span)
 
 
 def mean_duration(slots: Iterable[Slot], phase: str = "F") -> float:
