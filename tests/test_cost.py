@@ -150,3 +150,30 @@ def test_links_keep_the_rated_figure_and_name_the_achieved_one():
     rated = allreduce_seconds(1e9, 1, 8, intra=nvlink) - 14 * nvlink.latency
     achieved = allreduce_seconds(1e9, 1, 8, intra=real) - 14 * real.latency
     assert achieved / rated == pytest.approx(450 / 370)
+
+
+def test_hsdp_bytes_per_step_prices_each_collective_over_its_own_group():
+    """Chapter 15e: HSDP's bytes per mesh dimension; one replica is FSDP, shards of one rank are DDP."""
+    from fractions import Fraction
+
+    from ddp_lab.cost.fsdp import hsdp_bytes_per_step
+    from ddp_lab.cost.ring_bytes import ring_bytes
+
+    hsdp = hsdp_bytes_per_step(7456, replicate=2, shard=2)
+    assert hsdp == {"shard": {"all_gather": Fraction(7456), "reduce_scatter": Fraction(3728)},
+                    "replicate": {"all_reduce": Fraction(3728)}}
+    # 8 GPUs per node, 16 nodes: the all-reduce of a shard crosses the network
+    big = hsdp_bytes_per_step(8 * 10**9, replicate=16, shard=8)
+    assert big["replicate"]["all_reduce"] == ring_bytes("all_reduce", 10**9, 16) == Fraction(15 * 10**9, 8)
+    fsdp = hsdp_bytes_per_step(7456, replicate=1, shard=4)
+    assert sum(fsdp["shard"].values()) == 3 * ring_bytes("all_gather", 7456, 4)
+    ddp = hsdp_bytes_per_step(7456, replicate=4, shard=1)
+    assert ddp["replicate"]["all_reduce"] == ring_bytes("all_reduce", 7456, 4)
+    kept = hsdp_bytes_per_step(7456, replicate=2, shard=2, reshard_after_forward=False)
+    assert kept["shard"]["all_gather"] == hsdp["shard"]["all_gather"] / 2
+    with pytest.raises(ValueError, match=r"parameter_bytes \(7455\) must be a multiple of shard \(2\)"):
+        hsdp_bytes_per_step(7455, 2, 2)
+    with pytest.raises(ValueError, match="replicate must be a positive int, got 0"):
+        hsdp_bytes_per_step(7456, 0, 2)
+    with pytest.raises(TypeError, match="reshard_after_forward must be True or False, got 1"):
+        hsdp_bytes_per_step(7456, 2, 2, reshard_after_forward=1)
