@@ -128,6 +128,30 @@ def issue_on_each_mesh_dimension():
             {dim: log.nbytes(group_name=name) for dim, name in names.items()}, names)
 
 
+def clip_sharded_gradients():
+    """In a rank of 2: clip_grad_norm_ on FSDP2's DTensor gradients, recorded."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    from ddp_lab.collectives.recorder import record_collectives
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    fully_shard(model)
+    model(torch.ones(2, 4)).sum().backward()
+    with record_collectives() as log:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    return [(c.name, c.numel) for c in log.calls]
+
+
+def test_the_recorder_sees_the_collectives_dtensor_issues_inside_an_operator():
+    """The norm of sharded gradients takes one all-reduce, of the two parameters' partial norms
+    stacked: DTensor issues it while it runs an operator under the recorder's mode. Before the
+    recorder let DTensor run first, it saw no collective here at all."""
+    for calls in ddp_lab.launch(clip_sharded_gradients, 2, backend="gloo", timeout=120):
+        assert calls == [("all_reduce", 2)]
+
+
 def test_the_recorder_names_the_group_of_each_collective():
     """Both dimensions of a 2x2 mesh have groups of 2 ranks: only the group's name tells them apart."""
     for calls, per_dimension, names in ddp_lab.launch(issue_on_each_mesh_dimension, 4, backend="gloo",

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ["Collective", "CollectiveLog", "record_collectives", "collective_name"]
@@ -199,6 +200,15 @@ class _Recorder(TorchDispatchMode):
         self.log = log
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # A mode runs before a tensor subclass: an operator on DTensors reaches
+        # it first, and the collectives DTensor issues while it runs that
+        # operator (the all-reduce of a norm inside clip_grad_norm_, a
+        # redistribution inside an op) would pass unseen. NotImplemented lets
+        # DTensor run it and desugar it into operators on plain tensors, which
+        # come back here: torch's CommDebugMode does the same
+        # (torch/distributed/tensor/debug/_comm_mode.py).
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented
         collective = _record(str(func), args, self.log.phase)
         if collective is not None:
             self.log.calls.append(collective)

@@ -176,11 +176,13 @@ def clipping_run(max_norm: float = 0.1) -> dict:
     reference model's norm of its full gradients, whether after the clipped
     step (SGD, learning rate 1) every full parameter is ``allclose`` to the
     reference's clipped step (rtol 1e-5, atol 1e-6), and the collectives
-    ``clip_grad_norm_`` issued, by name, as torch's ``CommDebugMode``
-    counts them (``record_collectives`` does not see a collective that
-    DTensor issues while it runs an operator, here ``torch.stack``).
+    ``clip_grad_norm_`` issued, by name, as ``record_collectives`` counts
+    them (DTensor issues the all-reduce while it runs an operator,
+    ``torch.stack``; the recorder lets it run first, and sees it).
     """
-    from torch.distributed.tensor.debug import CommDebugMode
+    from collections import Counter
+
+    from ddp_lab.collectives.recorder import record_collectives
 
     rank, world = dist.get_rank(), dist.get_world_size()
     model = shard_model(mlp(SIZES, seed=0), _mesh((world,)))
@@ -189,7 +191,7 @@ def clipping_run(max_norm: float = 0.1) -> dict:
     _loss(model, *batch(0, rank)).backward()
     gradients = [p.grad for p in model.parameters()]
     local_only = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(_local(g)) for g in gradients]))
-    with CommDebugMode() as comms:   # torch's own counter: it sees the collectives DTensor issues inside an op
+    with record_collectives() as log:
         total = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     optimizer.step()
 
@@ -201,7 +203,7 @@ def clipping_run(max_norm: float = 0.1) -> dict:
                       for p, q in zip(model.parameters(), reference.parameters()))
     return {"total": _full(total).detach(), "total_type": type(total).__name__,
             "local_only": local_only.detach(), "reference": reference_norm.detach(), "same_update": same_update,
-            "calls": {str(op).split(".")[-1]: n for op, n in comms.get_comm_counts().items()}}
+            "calls": dict(Counter(call.name for call in log.calls))}
 
 
 # ------------------------------------------------------------------ distributed checkpoints
