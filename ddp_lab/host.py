@@ -5,7 +5,8 @@ imported only then). The launcher (``ddp_lab.launcher.config``) shares the
 cores between the ranks and picks a backend with them (Chapter 3); the
 torchrun helpers keep gloo on loopback with ``loopback_interface`` and give
 each rendezvous a ``free_port`` (Chapters 2 and 11); the benchmarks say how
-many cores they ran on (Chapter 10). ``uses_nccl`` reads a process group's
+many cores they ran on (Chapter 10), and the stored runs and the roofline
+which CPU (``cpu_model``, Chapters 12 and 14b). ``uses_nccl`` reads a process group's
 backend string, here because code inside ranks needs it too and must not
 import the launcher.
 """
@@ -13,6 +14,7 @@ import the launcher.
 from __future__ import annotations
 
 import os
+import platform
 import socket
 
 
@@ -32,6 +34,15 @@ def available_cores():
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    """The CPU's model name ("AMD EPYC 7B13"): Linux's /proc/cpuinfo, else what ``platform`` says."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def free_port() -> int:

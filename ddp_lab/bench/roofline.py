@@ -25,11 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 
 import torch
 
 from ddp_lab.bench.timing import elapsed_seconds
+from ddp_lab.host import cpu_model
 from ddp_lab.validate import check_choice, check_positive_int
 
 __all__ = ["measure_roofline", "shapes_of_size", "save_record", "load_record", "main"]
@@ -53,13 +53,7 @@ def shapes_of_size(n: int) -> list[tuple[int, int, int]]:
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return model
+    return cpu_model()
 
 
 def _best_seconds(run, device, repeats):

@@ -316,15 +316,10 @@ def record(path):
 
 def _machine():
     import os
-    import platform
 
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model}, {os.cpu_count()} cores"
+    from ddp_lab.host import cpu_model
+
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def _json_keys(value):
