@@ -21,7 +21,8 @@ from ddp_lab.draw.palette import BLUE, EDGE, GREEN, ORANGE, PANEL, SKY_BLUE, TEX
 __all__ = ["draw_two_d_step", "draw_virtual_pipelines", "PHASE_COLOURS"]
 
 PHASE_COLOURS = {"F": SKY_BLUE, "B": BLUE, "I": ORANGE, "W": GREEN}
-_KIND = {"all_gather": ("all-gather", SKY_BLUE), "reduce_scatter": ("reduce-scatter", ORANGE),
+# "reduce-scatter" on two lines: a box is one collective wide, and the word is wider than "all-gather"
+_KIND = {"all_gather": ("all-gather", SKY_BLUE), "reduce_scatter": ("reduce-\nscatter", ORANGE),
          "all_reduce": ("all-reduce", VERMILLION)}
 
 
@@ -30,12 +31,12 @@ def draw_two_d_step(calls, *, title: str = "") -> Figure:
     calls = list(calls)
     if not calls:
         raise ValueError("no collectives to draw: pass the recorder's (dim, phase, name, nbytes) records")
-    fig, ax = plt.subplots(figsize=(10, 3.2))
+    fig, ax = plt.subplots(figsize=(10, 3.4))
     rows = {"tp": 0, "dp": 1}
     split = next((i for i, c in enumerate(calls) if c[1] == "backward"), len(calls))
     for i, (dim, _phase, name, nbytes) in enumerate(calls):
         label, colour = _KIND.get(name, (name, PANEL))
-        ax.add_patch(Rectangle((i + 0.05, rows.get(dim, 0) - 0.35), 0.9, 0.7, facecolor=colour, edgecolor=EDGE))
+        ax.add_patch(Rectangle((i + 0.05, rows.get(dim, 0) - 0.4), 0.9, 0.8, facecolor=colour, edgecolor=EDGE))
         ax.text(i + 0.5, rows.get(dim, 0), f"{label}\n{nbytes:,} B", ha="center", va="center", fontsize=10,
                 color="white" if colour == VERMILLION else TEXT)
     ax.axvline(split, color=EDGE, linestyle="--")
@@ -66,9 +67,9 @@ def draw_virtual_pipelines(runs: dict, *, unit: float = 1e-3, titles: dict | Non
             start, end = (s.start - zero) / unit, (s.end - zero) / unit
             ax.add_patch(Rectangle((start, y - 0.35), end - start, 0.7, facecolor=PHASE_COLOURS[s.phase],
                                    edgecolor="white", linewidth=0.5))
-            if end - start > longest / 45:
+            if end - start > longest / 30:  # a label only where it fits, at the book's 10 px
                 ax.text((start + end) / 2, y, f"{s.phase}{s.microbatch}\ns{s.stage}", ha="center",
-                        va="center", fontsize=8, color="white" if s.phase == "B" else TEXT)
+                        va="center", fontsize=10, color="white" if s.phase == "B" else TEXT)
         ax.set_xlim(0, longest)
         ax.set_ylim(-0.6, len(ranks) - 0.4)
         ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in reversed(ranks)], fontsize=10)
