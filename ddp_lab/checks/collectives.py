@@ -191,14 +191,20 @@ def check_all_reduce(fn, *, world_sizes=(2, 3, 4), cases: int = 3, seed: int = 0
     return _check("all_reduce", fn, world_sizes, cases, seed, timeout)
 
 
-def _check(kind, fn, world_sizes, cases, seed, timeout):
+def _refuse_bad_arguments(fn, world_sizes, example: str) -> tuple:
+    """The checkers' own arguments, refused before any rank starts; the world sizes as a tuple.
+    ``example`` is the call the message suggests ("check_all_gather(my_all_gather)")."""
     if not callable(fn):
-        raise TypeError(f"pass your function itself, e.g. check_{kind}(my_{kind}); got "
-                        f"{type(fn).__name__}: {fn!r}")
+        raise TypeError(f"pass your function itself, e.g. {example}; got {type(fn).__name__}: {fn!r}")
     world_sizes = tuple(world_sizes)
     for w in world_sizes:
         if not is_int(w) or not 2 <= w <= 8:
             raise ValueError(f"world sizes must be whole numbers from 2 to 8, got {w!r}")
+    return world_sizes
+
+
+def _check(kind, fn, world_sizes, cases, seed, timeout):
+    world_sizes = _refuse_bad_arguments(fn, world_sizes, f"check_{kind}(my_{kind})")
     check_positive_int('cases', cases)
     name = getattr(fn, "__name__", f"my_{kind}")
     sizes = f"world size{'s' if len(world_sizes) > 1 else ''} {_and(world_sizes)}"
@@ -593,13 +599,7 @@ def run_dispatch_on_rank(fn_bytes, counts):
 
 def check_all_to_all(fn, *, world_sizes=(3, 4), seed: int = 0, timeout: float = 15) -> CheckResult:
     """Check the reader's ``my_dispatch(tokens, destinations)`` on real ranks (Lab 2, Exercise 4)."""
-    if not callable(fn):
-        raise TypeError(f"pass your function itself, e.g. check_all_to_all(my_dispatch); got "
-                        f"{type(fn).__name__}: {fn!r}")
-    world_sizes = tuple(world_sizes)
-    for w in world_sizes:
-        if not is_int(w) or not 2 <= w <= 8:
-            raise ValueError(f"world sizes must be whole numbers from 2 to 8, got {w!r}")
+    world_sizes = _refuse_bad_arguments(fn, world_sizes, "check_all_to_all(my_dispatch)")
     name = getattr(fn, "__name__", "my_dispatch")
     subject = (f"{name} against dist.all_to_all_single on world size{'s' if len(world_sizes) > 1 else ''} "
                f"{_and(world_sizes)}, uneven counts")
