@@ -57,10 +57,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ddp_lab.checks.harness import YourCodeExited, exit_mistake, first_line, launch_checked, same_values, timed_out
+from ddp_lab.checks.harness import launch_checked, launch_mistake, same_values
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
-from ddp_lab.launcher.errors import RanksTimedOut
 from ddp_lab.validate import check_positive_int, is_int
 
 __all__ = ["check_accumulation", "WIDTHS", "MICRO_BATCH"]
@@ -216,15 +215,10 @@ def check_accumulation(step, *, world_size: int = 2, micro_batches: int = 4, ste
 
     ranks, error = launch_checked(_run_on_rank, world_size, args=(step, micro_batches, steps),
                                   threads=1, timeout=timeout)
-    if isinstance(error, YourCodeExited):
-        return CheckResult(subject, 0, total, "check", (exit_mistake(f"rank {error.rank}", error),))
-    if isinstance(error, RanksTimedOut):
-        return CheckResult(subject, 0, total, "check", (timed_out(
-            "all ranks", error, timeout,
-            "A rank waiting in an all-reduce waits for the others to call the same one: does every rank run "
-            "the same forward and backward passes, inside no_sync() on every rank or on none?"),))
     if error is not None:
-        return CheckResult(subject, 0, total, "check", (Mistake("a rank", "crash", first_line(error)),))
+        return CheckResult(subject, 0, total, "check", (launch_mistake(error, timeout, (
+            "A rank waiting in an all-reduce waits for the others to call the same one: does every rank run "
+            "the same forward and backward passes, inside no_sync() on every rank or on none?")),))
     errors = [seen for seen in ranks if seen.error]
     if errors:
         first = errors[0]

@@ -63,13 +63,12 @@ import torch
 
 from ddp_lab.checks.harness import (
     YourCodeExited,
-    exit_mistake,
     first_line,
     launch_checked,
+    launch_mistake,
     same_values,
     still_computing,
     stuck_ranks,
-    timed_out,
 )
 from ddp_lab.checks.result import CheckResult, Mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
@@ -292,15 +291,10 @@ def check_ddp(make_ddp, *, bucket_cap_mb: float | None = None, world_size: int =
         total += 1  # the same all-reduces in the same order on every rank (TwoBranches)
     ranks, error = launch_checked(_run_on_rank, world_size, args=(make_ddp, bucket_cap_mb, steps),
                                   threads=1, timeout=timeout)
-    if isinstance(error, YourCodeExited):
-        return CheckResult(subject, 0, total, "check", (exit_mistake(f"rank {error.rank}", error),))
-    if isinstance(error, RanksTimedOut):
-        return CheckResult(subject, 0, total, "check", (timed_out(
-            "all ranks", error, timeout,
-            "A rank waiting in an all-reduce waits for the others to call the same all-reduce: do all ranks "
-            "issue the same collectives, in the same order, the same number of times?"),))
     if error is not None:
-        return CheckResult(subject, 0, total, "check", (Mistake("a rank", "crash", first_line(error)),))
+        return CheckResult(subject, 0, total, "check", (launch_mistake(error, timeout, (
+            "A rank waiting in an all-reduce waits for the others to call the same all-reduce: do all ranks "
+            "issue the same collectives, in the same order, the same number of times?")),))
     result = _verdict(subject, total, ranks, bucket_cap_mb, steps)
     if bucket_cap_mb is None or not result:
         return result  # the order case is run only for a bucketed wrapper that passed the rest

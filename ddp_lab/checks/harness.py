@@ -31,7 +31,7 @@ from ddp_lab.checks.result import Mistake
 from ddp_lab.launcher.api import launch
 from ddp_lab.launcher.errors import RankDied, RankFailed, RanksTimedOut
 
-__all__ = ["FORBIDDEN", "YourCodeExited", "launch_checked", "exit_mistake", "stuck_ranks", "still_computing", "first_line",
+__all__ = ["FORBIDDEN", "YourCodeExited", "launch_checked", "launch_mistake", "exit_mistake", "stuck_ranks", "still_computing", "first_line",
            "point_to_point_only", "close_elements", "same_values", "show_values"]
 
 # The collectives that move data: switched off where the exercise is to build one.
@@ -132,6 +132,22 @@ def timed_out(where: str, error: RanksTimedOut, timeout, hint: str) -> Mistake:
     ``hint``, the exercise's words on what makes its collectives wait."""
     return still_computing(where, error, timeout) or Mistake(
         where, "hang", f"the ranks did not finish within {timeout:g} s ({stuck_ranks(error)}). {hint}")
+
+
+def launch_mistake(error, timeout, hang_hint: str) -> Mistake:
+    """The Mistake for a checked launch that returned no values (``launch_checked``'s error).
+
+    A rank's code called ``sys.exit`` (``exit``, on that rank); the ranks were
+    stopped at the timeout (``timed_out``: ``too_slow`` or a ``hang`` with
+    ``hang_hint``); or a rank crashed (``crash``, with the error's first line).
+    The checkers of Labs 4 and 6 (DDP, accumulation, ZeRO-1) report a failed
+    launch with it.
+    """
+    if isinstance(error, YourCodeExited):
+        return exit_mistake(f"rank {error.rank}", error)
+    if isinstance(error, RanksTimedOut):
+        return timed_out("all ranks", error, timeout, hang_hint)
+    return Mistake("a rank", "crash", first_line(error))
 
 
 def still_computing(where: str, error: RanksTimedOut, timeout) -> Mistake | None:

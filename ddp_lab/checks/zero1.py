@@ -40,17 +40,15 @@ from functools import partial
 import torch
 
 from ddp_lab.checks.harness import (
-    YourCodeExited,
-    exit_mistake,
     first_line,
     launch_checked,
+    launch_mistake,
     same_values,
-    timed_out,
 )
 from ddp_lab.checks.result import CheckResult, Mistake, signature_mistake
 from ddp_lab.checks.wording import error_in_your_code, steps_text
 from ddp_lab.collectives.recorder import CollectiveLog, record_collectives
-from ddp_lab.launcher.errors import RankDied, RanksTimedOut
+from ddp_lab.launcher.errors import RankDied
 from ddp_lab.validate import check_positive_int, is_int
 
 __all__ = ["check_zero1", "WIDTHS", "LR"]
@@ -223,21 +221,16 @@ def check_zero1(make_optimizer, *, world_size: int = 2, steps: int = 3, lr: floa
         return CheckResult(subject, 0, total, "check", (wrong_signature,))
     reports, error = launch_checked(_run_on_rank, world_size, args=(make_optimizer, steps, lr),
                                     threads=1, timeout=timeout)
-    if isinstance(error, YourCodeExited):
-        return CheckResult(subject, 0, total, "check", (exit_mistake(f"rank {error.rank}", error),))
-    if isinstance(error, RanksTimedOut):
-        return CheckResult(subject, 0, total, "check", (timed_out(
-            "all ranks", error, timeout,
+    if isinstance(error, RankDied) and error.signal_name == "SIGABRT":
+        return CheckResult(subject, 0, total, "check", (Mistake("a rank", "crash", first_line(error) + (
+            ": gloo aborts a rank whose collective does not match the other ranks' (another "
+            "operation, or another size). Do all ranks call the same collectives, with tensors "
+            "of the same size, in the same order?")),))
+    if error is not None:
+        return CheckResult(subject, 0, total, "check", (launch_mistake(error, timeout, (
             "A collective waits until every rank calls it: does every rank call the same reduce-scatter and "
             "all-gather, with tensors of the same size, in the same order? (a step() that returns early on "
-            "one rank, or a collective inside `if rank == ...`, hangs the others)"),))
-    if error is not None:
-        message = first_line(error)
-        if isinstance(error, RankDied) and error.signal_name == "SIGABRT":
-            message += (": gloo aborts a rank whose collective does not match the other ranks' (another "
-                        "operation, or another size). Do all ranks call the same collectives, with tensors "
-                        "of the same size, in the same order?")
-        return CheckResult(subject, 0, total, "check", (Mistake("a rank", "crash", message),))
+            "one rank, or a collective inside `if rank == ...`, hangs the others)")),))
     return _verdict(subject, total, reports)
 
 
