@@ -2,8 +2,11 @@
 (measuring, one process) and ddp_lab.draw.roofline (the figures)."""
 
 import json
+import subprocess
+import sys
 
 import pytest
+import torch
 
 from ddp_lab.cost import roofline as rl
 
@@ -74,8 +77,50 @@ def test_shapes_of_one_size_do_the_same_work():
     assert {rl.matmul_flops(*shape) for shape in shapes_of_size(96)} == {2 * 96**3}
     with pytest.raises(ValueError, match="n=7 must be even"):
         shapes_of_size(7)
-    with pytest.raises(ValueError, match="format must be one of 'float32', 'bfloat16'; got 'int8'"):
+    with pytest.raises(ValueError, match="format must be one of 'float32', 'tf32', 'bfloat16', 'float16'; "
+                                         "got 'int8'"):
         measure_roofline(sizes=(8,), formats=("int8",))
+
+
+def test_tf32_is_left_out_of_a_cpu_record_and_float16_measured():
+    from ddp_lab.bench.roofline import measure_roofline
+
+    record = measure_roofline(sizes=(8,), formats=("float32", "tf32", "float16"), repeats=1, copy_bytes=2**16)
+    assert sorted(record["formats"]) == ["float16", "float32"]  # TF32 is a mode of NVIDIA's tensor cores
+    from ddp_lab.draw.roofline import roofline_figure
+
+    legend = [text.get_text() for text in roofline_figure(record).axes[0].get_legend().get_texts()]
+    assert legend == ["CPU, float32: best matmul and copy", "CPU, float16: best matmul and copy"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_cuda_without_a_gpu_is_refused_before_anything_is_measured():
+    from ddp_lab.bench.roofline import measure_roofline
+
+    with pytest.raises(ValueError, match="device='cuda' needs a CUDA GPU"):
+        measure_roofline(sizes=(8,), device="cuda")
+    command = subprocess.run([sys.executable, "-m", "ddp_lab.bench", "roofline", "--device", "cuda"],
+                             capture_output=True, text=True, timeout=120)
+    assert command.returncode == 2 and "Traceback" not in command.stderr, command.stderr
+    assert "error: device='cuda' needs a CUDA GPU" in command.stderr
+
+
+def test_a_timing_covers_calls_back_to_back_and_gives_the_time_of_one():
+    from ddp_lab.bench.roofline import _best_seconds
+
+    runs = []
+    seconds = _best_seconds(lambda: runs.append(1), torch.device("cpu"), repeats=2, calls=5)
+    assert len(runs) == 1 + 2 * 5 and seconds >= 0  # one warm-up, then two timings of five
+
+
+def test_the_tf32_switch_is_set_for_the_products_and_restored_after():
+    from ddp_lab.bench.roofline import _tensor_cores_in_tf32
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    for allowed in (True, False):
+        with _tensor_cores_in_tf32(allowed):
+            assert torch.backends.cuda.matmul.allow_tf32 is allowed
+        assert torch.backends.cuda.matmul.allow_tf32 == before
 
 
 def test_the_figure_takes_a_gpu_record_beside_the_cpu_one(record):

@@ -10,7 +10,10 @@
 #   1. what the machine is: nvidia-smi, torch, CUDA, NCCL;
 #   2. python -m ddp_lab.gpu_check: every check one GPU allows, the results file
 #      into $OUT (those that need two GPUs say so in the file);
-#   3. pytest: the GPU tests, and nbval of every notebook with GPU cells, to see
+#   3. the GPU's roofline (issue 43, Chapter 14b): matmul FLOP/s in fp32, TF32,
+#      bf16 and fp16 across sizes, and a 1 GiB device copy, into
+#      $OUT/roofline_cuda.json (python -m ddp_lab.bench roofline --device cuda);
+#   4. pytest: the GPU tests, and nbval of every notebook with GPU cells, to see
 #      what this torch on a GPU does with them (the committed outputs come from
 #      a CPU machine, so some cells are expected to differ: the log says which).
 set -u
@@ -34,7 +37,12 @@ SECONDS=0
 timeout 240 python3 -m ddp_lab.gpu_check --timeout 90 --out "$OUT/"
 echo "gpu_check: exit status $?, ${SECONDS} s"
 
-echo "=== 3. pytest: GPU tests and nbval of the notebooks with GPU cells ($(date -u +%T))"
+echo "=== 3. the roofline: python -m ddp_lab.bench roofline --device cuda ($(date -u +%T))"
+SECONDS=0
+timeout 100 python3 -m ddp_lab.bench roofline --device cuda --out "$OUT/roofline_cuda.json"
+echo "roofline: exit status $?, ${SECONDS} s"
+
+echo "=== 4. pytest: GPU tests and nbval of the notebooks with GPU cells ($(date -u +%T))"
 SECONDS=0
 timeout 230 python3 -m pytest -p no:cacheprovider -n 8 -q --tb=short -rfEs --junitxml="$OUT/junit.xml" \
   tests/test_gpu_check.py tests/test_step_profile.py tests/test_train_gpu.py tests/test_devices.py \

@@ -26,8 +26,9 @@ from ddp_lab.draw.palette import BLUE, FAINT, GREEN, MUTED_TEXT, ORANGE, PURPLE,
 
 __all__ = ["roofline_figure", "datasheet_figure"]
 
-BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "bf16": 2, "fp8": 1}
-FORMAT_COLOURS = {"float32": BLUE, "bfloat16": VERMILLION}
+# bytes per element of each format's operands (a TF32 product reads fp32 tensors)
+BYTES = {"float32": 4, "tf32": 4, "bfloat16": 2, "float16": 2, "bf16": 2, "fp8": 1}
+FORMAT_COLOURS = {"float32": BLUE, "tf32": SKY_BLUE, "bfloat16": VERMILLION, "float16": ORANGE}
 STYLES = ("-", "--", ":", "-.")
 
 
