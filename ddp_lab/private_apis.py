@@ -104,10 +104,12 @@ PRIVATE_APIS = (
     PrivateAPI(
         "torch.nn.parallel.DistributedDataParallel._get_ddp_logging_data",
         ("book/part3_ddp/08_distributed_data_parallel.ipynb", "ddp_lab/cluster/measure.py",
-         "book/part3_ddp/08b_ddp_in_practice.ipynb", "book/part3_ddp/08c_uneven_batchnorm_compile.ipynb"),
+         "book/part3_ddp/08b_ddp_in_practice.ipynb", "book/part3_ddp/08c_uneven_batchnorm_compile.ipynb",
+         "ddp_lab/gpu_check/compiled_ddp.py"),
         "The bucket sizes DDP settled on after its first iterations: Chapter 8 prints them, and "
         "Chapter 12b's settings (cluster/measure.py) were chosen from them; Chapter 8b reads "
-        "can_set_static_graph from it, Chapter 8c the number of graphs compiled. No public API tells.", TORCH),
+        "can_set_static_graph from it, Chapter 8c (and its GPU check, gpu_check/compiled_ddp.py) the "
+        "number of buckets beside the graphs compiled. No public API tells.", TORCH),
     PrivateAPI(
         "torch.distributed.ProcessGroup._get_sequence_number_for_group",
         ("book/part2_communication/05_collectives.ipynb", "book/part3_ddp/08b_ddp_in_practice.ipynb",

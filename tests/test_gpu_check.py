@@ -21,6 +21,7 @@ import pytest
 import torch
 from jsonschema import Draft202012Validator
 
+import ddp_lab
 from ddp_lab.bench.timing import elapsed_seconds
 from ddp_lab.cost import bus_factor
 from ddp_lab.gpu_check import chapter14, launches, machine
@@ -207,8 +208,8 @@ def test_the_checks_cover_every_gpu_path_of_the_issue():
     names = [check.name for check in CHECKS]
     assert names == ["launch_auto", "launch_nccl", "cpu_examples_on_gpus", "gloo_shared_gpu", "nccl_shared_gpu",
                      "ddp_device_ids", "ddp_step_profile", "all_reduce_bandwidth", "ring_all_reduce_nccl",
-                     "train_one_gpu_per_process", "train_spanning_two_gpus", "launch_after_cuda_init",
-                     "host_to_device_copy"]
+                     "train_one_gpu_per_process", "train_spanning_two_gpus", "ddp_compiled",
+                     "fsdp2_mixed_precision", "launch_after_cuda_init", "host_to_device_copy"]
     assert names[-1] == "host_to_device_copy"  # the one that makes a CUDA context here: last
     assert check_named("train_spanning_two_gpus").needs_gpus == 2
     with pytest.raises(ValueError, match="no GPU check named 'nope': the checks are launch_auto, "):
@@ -258,7 +259,7 @@ def test_the_command_with_allow_no_gpu_writes_a_file_that_follows_the_schema(tmp
     assert document["command"] == "python -m ddp_lab.gpu_check --allow-no-gpu --out results/"
     lines = done.stdout.splitlines()
     assert lines[0].startswith("ddp_lab.gpu_check: 0 CUDA GPU(s) (torch ")
-    assert "[9/13] ring_all_reduce_nccl: skipped: needs 2 CUDA GPUs; this machine has 0" in lines
+    assert "[9/15] ring_all_reduce_nccl: skipped: needs 2 CUDA GPUs; this machine has 0" in lines
     assert report([document]) in done.stdout
     assert lines[-1] == f"results written to {Path('results') / path.name}"
 
@@ -591,3 +592,27 @@ def test_the_book_stores_only_real_gpu_measurements():
         assert machine["cuda"] and machine["nccl"] and "+cu" in machine["torch"]
     if not stored_results():
         assert gpu_results_text("all_reduce") == NO_MEASUREMENT
+
+
+def test_the_compiled_ddp_check_runs_on_a_cpu_rank_and_counts_one_graph_per_bucket():
+    """ddp_compiled's rank function on one gloo rank, compiling nothing (backend "eager"), on
+    Chapter 8c's model and cap with 8 samples a step. (A cap under DDP's first bucket's 1 MiB
+    is refused by DDPOptimizer: "First bucket should be smaller/equal to other buckets".)"""
+    from ddp_lab.gpu_check.compiled_ddp import on_rank_compiled_ddp
+
+    [report] = ddp_lab.launch(on_rank_compiled_ddp, 1, args=(2, 1), backend="gloo", timeout=300,
+                              kwargs={"backend": "eager", "batch": 8})
+    assert report["device"] == "cpu" and report["graphs"] == report["buckets"] > 1, report
+    assert report["eager"]["losses"] == report["compiled"]["losses"]  # the same training, bit for bit
+    assert len(report["eager"]["losses"]) == 3 and report["compiled"]["seconds_per_step"] > 0
+
+
+def test_the_mixed_precision_check_runs_on_a_cpu_rank():
+    from ddp_lab.gpu_check.mixed_precision import on_rank_mixed_precision
+
+    [report] = ddp_lab.launch(on_rank_mixed_precision, 1, args=(2, 1), backend="gloo", timeout=300,
+                              kwargs={"widths": (16, 32, 32, 8), "batch": 16})
+    fp32, bf16 = report["fp32"], report["bf16"]
+    assert report["device"] == "cpu" and fp32["peak_bytes"] is None  # memory figures: on a GPU only
+    assert len(fp32["losses"]) == len(bf16["losses"]) == 3 and fp32["losses"] != bf16["losses"]
+    assert max(abs(a - b) / abs(a) for a, b in zip(fp32["losses"], bf16["losses"])) < 0.05

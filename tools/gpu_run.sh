@@ -34,7 +34,7 @@ python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, 
 
 echo "=== 2. python -m ddp_lab.gpu_check ($(date -u +%T))"
 SECONDS=0
-timeout 240 python3 -m ddp_lab.gpu_check --timeout 90 --out "$OUT/"
+timeout 240 python3 -m ddp_lab.gpu_check --timeout 150 --out "$OUT/"
 echo "gpu_check: exit status $?, ${SECONDS} s"
 
 echo "=== 3. the roofline: python -m ddp_lab.bench roofline --device cuda ($(date -u +%T))"

@@ -16,6 +16,8 @@ The pieces, one idea each:
 - ``checklist``: the checks, in the order they run;
 - ``launches``, ``allreduce``, ``host_copies``, ``chapter14``: the checks themselves;
 - ``step_profile``: one DDP step under ``torch.profiler``, reduced to what ran on which stream;
+- ``compiled_ddp``: ``torch.compile(DDP(model))`` with inductor, graphs per bucket and step time (Chapter 8c);
+- ``mixed_precision``: FSDP2's ``MixedPrecisionPolicy``, peak memory and step time against fp32 (Chapter 15e);
 - ``results``: the results file, its JSON Schema, writing and reading it;
 - ``report``: what a results file holds, as the pages print it (and a plot).
 

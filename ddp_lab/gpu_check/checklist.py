@@ -12,7 +12,7 @@ The checks of ``python -m ddp_lab.gpu_check`` (Chapter 14), in the order they ru
 
 from __future__ import annotations
 
-from ddp_lab.gpu_check import allreduce, chapter14, host_copies, launches, step_profile
+from ddp_lab.gpu_check import allreduce, chapter14, compiled_ddp, host_copies, launches, mixed_precision, step_profile
 from ddp_lab.gpu_check.runner import Check
 
 __all__ = ["CHECKS", "check_named"]
@@ -40,6 +40,10 @@ CHECKS = (
           chapter14.one_gpu_per_process),
     Check("train_spanning_two_gpus", "train.py under torchrun, each process spanning two GPUs", (14,), 2,
           chapter14.spanning_two_gpus),
+    Check("ddp_compiled", "torch.compile(DDP(model)) with inductor: graphs per bucket, step time against eager",
+          (8,), 1, compiled_ddp.ddp_compiled),
+    Check("fsdp2_mixed_precision", "FSDP2 with MixedPrecisionPolicy (bf16): peak memory and step time against fp32",
+          (15,), 1, mixed_precision.fsdp2_mixed_precision),
     Check("launch_after_cuda_init", "launch from a process that already holds a CUDA context", (14,), 1,
           launches.launch_after_cuda_init),
     Check("host_to_device_copy", "host-to-GPU copies from pinned and from pageable memory", (9,), 1,
