@@ -9,7 +9,8 @@ torch.bfloat16, reduce_dtype=torch.float32)``, and reports for each:
 
 - the peak of the memory the rank's tensors held during the steps
   (``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``),
-  and the memory still held after them (parameters, gradients, Adam's state);
+  and the memory still held after them (parameters, gradients, Adam's state;
+  each step's batch is drawn on the device when the step needs it);
 - the time of a step (``ddp_lab.bench.timing.elapsed_seconds``: CUDA events);
 - the losses, which bf16 changes a little and must not change much.
 
@@ -56,21 +57,21 @@ def _run(policy, device, widths, batch, steps, warmup):
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     model = shard_model(mlp(widths, seed=0).to(device), mesh, policy)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    data = torch.Generator().manual_seed(dist.get_rank())
-    batches = [(torch.randn(batch, widths[0], generator=data).to(device),
-                torch.randint(0, widths[-1], (batch,), generator=data).to(device)) for _ in range(warmup + steps)]
+    data = torch.Generator(device=device).manual_seed(dist.get_rank())  # the same batches in both runs
     losses = []
 
-    def train(some):
-        for x, y in some:
+    def train(count):
+        for _ in range(count):  # each batch drawn on the device when its step needs it
+            x = torch.randn(batch, widths[0], generator=data, device=device)
+            y = torch.randint(0, widths[-1], (batch,), generator=data, device=device)
             optimizer.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model(x).float(), y)
             loss.backward()
             optimizer.step()
             losses.append(loss.detach())
 
-    train(batches[:warmup])
-    seconds = elapsed_seconds(lambda: train(batches[warmup:]), device)
+    train(warmup)
+    seconds = elapsed_seconds(lambda: train(steps), device)
     result = {"losses": [loss.item() for loss in losses], "seconds_per_step": seconds / steps,
               "peak_bytes": torch.cuda.max_memory_allocated(device) if on_gpu else None,
               "held_bytes": torch.cuda.memory_allocated(device) if on_gpu else None}
