@@ -47,6 +47,7 @@ from ddp_lab.validate import check_choice, check_positive_int
 __all__ = ["measure_roofline", "shapes_of_size", "save_record", "load_record", "main"]
 
 FORMATS = ("float32", "bfloat16")  # what a CPU record holds (Chapter 14b's page)
+SIZES = (64, 128, 256, 512, 1024)
 GPU_FORMATS = ("float32", "tf32", "bfloat16", "float16")
 GPU_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 GPU_COPY_BYTES = 2**30
@@ -72,8 +73,13 @@ def _device_name(device: torch.device) -> str:
     return cpu_model()
 
 
-def _best_seconds(run, device, repeats, calls=1):
-    """The best of ``repeats`` timings of ``calls`` runs back to back, per run."""
+def _best_seconds(run, device, repeats, calls=None):
+    """The best of ``repeats`` timings of ``calls`` runs back to back, per run.
+
+    ``calls`` defaults to ``GPU_CALLS`` on a GPU (launches queued behind each
+    other) and to 1 on a CPU, where a call runs before the next one starts.
+    """
+    calls = calls or (GPU_CALLS if device.type == "cuda" else 1)
     run()  # warm-up: first calls allocate and choose kernels
 
     def runs():
@@ -96,19 +102,18 @@ def _tensor_cores_in_tf32(allowed: bool):
 
 def _matmul_rate(n, name, device, repeats, generator):
     dtype = torch.float32 if name == "tf32" else getattr(torch, name)
-    calls = GPU_CALLS if device.type == "cuda" else 1
     best = 0.0
     for m, k, p in shapes_of_size(n):
         a = torch.randn(m, k, generator=generator).to(device=device, dtype=dtype)
         b = torch.randn(k, p, generator=generator).to(device=device, dtype=dtype)
         out = torch.empty(m, p, device=device, dtype=dtype)
         with _tensor_cores_in_tf32(name == "tf32"):
-            seconds = _best_seconds(lambda: torch.mm(a, b, out=out), device, repeats, calls)
+            seconds = _best_seconds(lambda: torch.mm(a, b, out=out), device, repeats)
         best = max(best, 2 * m * k * p / seconds)
     return best
 
 
-def measure_roofline(sizes=(64, 128, 256, 512, 1024), formats=FORMATS, repeats: int = 3,
+def measure_roofline(sizes=SIZES, formats=FORMATS, repeats: int = 3,
                      copy_bytes: int = 64 * 2**20, device: str = "cpu") -> dict:
     """Measure this machine's roofline: the record described in the module's docstring.
 
@@ -142,8 +147,7 @@ def measure_roofline(sizes=(64, 128, 256, 512, 1024), formats=FORMATS, repeats: 
         record["formats"][name] = {"sizes": sizes, "flops": rates}
     source = torch.empty(copy_bytes, dtype=torch.uint8, device=place).fill_(1)
     target = torch.empty_like(source)
-    calls = GPU_CALLS if place.type == "cuda" else 1
-    record["bandwidth"] = 2 * copy_bytes / _best_seconds(lambda: target.copy_(source), place, repeats, calls)
+    record["bandwidth"] = 2 * copy_bytes / _best_seconds(lambda: target.copy_(source), place, repeats)
     return record
 
 
@@ -184,7 +188,7 @@ def main(argv=None):
             record = measure_roofline(args.sizes or GPU_SIZES, GPU_FORMATS, repeats=args.repeats,
                                       copy_bytes=GPU_COPY_BYTES, device="cuda")
         else:
-            record = measure_roofline(args.sizes or (64, 128, 256, 512, 1024), repeats=args.repeats)
+            record = measure_roofline(args.sizes or SIZES, repeats=args.repeats)
     except ValueError as error:  # a bad size or repeat count, or no GPU: said before anything runs
         parser.error(str(error))
     print(f"{record['device']} ({record['kind']}, {record['threads']} threads, torch {record['torch']})")
