@@ -426,9 +426,15 @@ def test_the_errors_can_be_pickled():
         assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)
 
 
-FORKSERVER_BROKEN_OFF = """
-import os, socket
+# A forkserver exits when a request to it breaks off: here another process of
+# this user connects to its socket and closes it. A launch in the fraction of a
+# second it takes to die fails in one of two ways (forkserver.start_process),
+# and each way of BROKEN_OFF brings one about on purpose, not by chance (issue
+# 35, item 5; and a CI run of 2026-11-28, which met the second by chance).
+BROKEN_OFF = """
+import os, signal, socket, sys
 import ddp_lab
+from ddp_lab.launcher.forkserver import add_forkserver_preload
 from multiprocessing import forkserver
 
 
@@ -436,45 +442,91 @@ def pid():
     return os.getpid()
 
 
-if __name__ == "__main__":
-    ddp_lab.launch(pid, 2)
-    with socket.socket(socket.AF_UNIX) as other:  # another process of this user connects and closes
+def break_a_request_off():
+    with socket.socket(socket.AF_UNIX) as other:
         other.connect(forkserver._forkserver._forkserver_address)
+
+
+def refused():
+    # The forkserver closes its socket, then takes a second to exit (SLOW_EXIT).
+    del os.environ["DDP_LAB_TEST_SLOW_EXIT"]  # its successor exits at once
+    break_a_request_off()
+    while True:
+        try:
+            break_a_request_off()  # queued behind the first: it dies of that one anyway
+        except ConnectionRefusedError:
+            return  # closed, not dead: the next launch's connection is refused
+
+
+def queued():
+    # The launch's request waits in the socket's queue behind the broken one.
+    server = forkserver._forkserver._forkserver_pid
+    os.kill(server, signal.SIGSTOP)
+    break_a_request_off()
+    reading = forkserver.read_signed
+
+    def read_after_resuming(fd):  # the launch has sent its request: let the forkserver go on
+        forkserver.read_signed = reading
+        os.kill(server, signal.SIGCONT)
+        return reading(fd)
+
+    forkserver.read_signed = read_after_resuming
+
+
+if __name__ == "__main__":
+    add_forkserver_preload("slow_exit")
+    ddp_lab.launch(pid, 2)
+    {"refused": refused, "queued": queued}[sys.argv[1]]()
     print("after:", len(ddp_lab.launch(pid, 2)), len(ddp_lab.launch(pid, 2)))
+"""
+
+SLOW_EXIT = """
+import atexit, os, time
+
+if os.environ.get("DDP_LAB_TEST_SLOW_EXIT"):
+    atexit.register(time.sleep, 1.0)  # in the forkserver alone: its ranks leave by os._exit
 """
 
 
 @pytest.fixture(scope="module")
 def broken_off(tmp_path_factory):
-    """FORKSERVER_BROKEN_OFF run once, for the two tests below."""
-    script = tmp_path_factory.mktemp("broken_off") / "broken_off.py"
-    script.write_text(FORKSERVER_BROKEN_OFF)
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    """BROKEN_OFF run once each way, for the tests below: {way: CompletedProcess}."""
+    folder = tmp_path_factory.mktemp("broken_off")
+    (folder / "broken_off.py").write_text(BROKEN_OFF)
+    (folder / "slow_exit.py").write_text(SLOW_EXIT)
+    runs = {}
+    for way, slow_exit in [("refused", "1"), ("queued", "")]:
+        env = {**os.environ, "DDP_LAB_TEST_SLOW_EXIT": slow_exit}
+        runs[way] = subprocess.run([sys.executable, str(folder / "broken_off.py"), way], env=env,
+                                   capture_output=True, text=True, timeout=120)
+    return runs
 
 
-def test_a_launch_right_after_the_forkserver_died_starts_a_new_one(broken_off):
-    # Issue 35, item 5: the dying forkserver has closed its socket but is not
-    # dead yet, so multiprocessing does not restart it: the next launches
-    # failed with a bare ConnectionRefusedError.
-    done = broken_off
+@pytest.mark.parametrize("way, error", [("refused", "ConnectionRefusedError: [Errno 111] Connection refused"),
+                                        ("queued", "EOFError: unexpected EOF")])
+def test_a_launch_right_after_the_forkserver_died_starts_a_new_one(broken_off, way, error):
+    # Refused: the dying forkserver has closed its socket but is not dead yet,
+    # so multiprocessing does not restart it. Queued: it died holding the
+    # launch's request. Each failed with a bare error before.
+    done = broken_off[way]
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "ddp_lab: the forkserver had stopped (ConnectionRefusedError" in done.stdout
+    assert f"ddp_lab: the forkserver had stopped ({error}); started a new one" in done.stdout, done.stdout
     assert "after: 2 2" in done.stdout
+
+
+@pytest.mark.parametrize("way", ["refused", "queued"])
+def test_a_forkserver_whose_request_broke_off_stops_without_a_traceback(broken_off, way):
+    # Issue 44: the dying forkserver printed its own EOFError traceback (from
+    # multiprocessing.reduction.recvfds) before the package's one-line notice.
+    done = broken_off[way]
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "EOFError" not in done.stderr, done.stderr
 
 
 def test_one_other_failure_is_named_in_the_singular():
     one = ddp_lab.RankFailed(0, "ValueError", "odd", "", None, {1: "ValueError"}, {}, None)
     two = ddp_lab.RankFailed(0, "ValueError", "odd", "", None, {1: "ValueError", 2: "ValueError"}, {}, None)
     assert "(rank 1 failed too)" in str(one) and "(ranks 1, 2 failed too)" in str(two)
-
-
-def test_a_forkserver_whose_request_broke_off_stops_without_a_traceback(broken_off):
-    # Issue 44: the dying forkserver printed its own EOFError traceback (from
-    # multiprocessing.reduction.recvfds) before the package's one-line notice.
-    done = broken_off
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "ddp_lab: the forkserver had stopped (ConnectionRefusedError" in done.stdout
-    assert "Traceback" not in done.stderr and "EOFError" not in done.stderr, done.stderr
 
 
 LAUNCH_FROM_A_FORKED_CHILD = """

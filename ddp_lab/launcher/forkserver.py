@@ -115,22 +115,36 @@ def start_forkserver():
         _note_owner()
 
 
+# How a launch fails when the forkserver dies under it (start_process's docstring).
+_FORKSERVER_GONE = (ConnectionError, FileNotFoundError, EOFError)
+
+
 def start_process(process):
     """``process.start()``, and once more on a fresh forkserver if the old one has just died.
 
     The forkserver exits when a request to it breaks off (another process of
     this user connects to its socket and closes it, or a full table of file
     descriptors cuts a launch's request short). It then takes a fraction of
-    a second to die: its socket is already closed, but it is not dead yet,
-    so multiprocessing's ``ensure_running`` does not restart it, and every
-    launch in that window fails with a bare ``ConnectionRefusedError``. Here
-    the old forkserver is waited for (at most ``grace`` seconds, then
-    killed), multiprocessing starts a new one, and the start is tried once
-    more, saying so in one line.
+    a second to die, and a launch in that window fails in one of two ways:
+
+    - the forkserver has closed its socket but is not dead yet, so
+      multiprocessing's ``ensure_running`` does not restart it, and the
+      launch's connection is refused (``ConnectionRefusedError``), or the
+      socket file is gone (``FileNotFoundError``);
+    - the launch connected just before the socket closed: its request waits
+      in the socket's queue behind the broken one, and the forkserver dies
+      holding it. The launch then reads the end of the pipe where the rank's
+      pid should come (``EOFError: unexpected EOF``, from
+      ``multiprocessing.forkserver.read_signed``), or its request is cut off
+      while it is sent (``ConnectionResetError``, ``BrokenPipeError``).
+
+    Either way no rank was started. Here the old forkserver is waited for (at
+    most ``grace`` seconds, then killed), multiprocessing starts a new one,
+    and the start is tried once more, saying so in one line.
     """
     try:
         process.start()
-    except (ConnectionRefusedError, FileNotFoundError) as error:  # the socket refused, or gone
+    except _FORKSERVER_GONE as error:
         _wait_for_dead_forkserver()
         print(f"ddp_lab: the forkserver had stopped ({type(error).__name__}: {error}); "
               "started a new one", flush=True)
