@@ -32,6 +32,11 @@ def link_names(listing):
     return sorted(line.split(":")[1].strip().split("@")[0] for line in listing.splitlines())
 
 
+def ours():
+    """This process's cluster namespaces: other pytest workers and notebooks build clusters meanwhile."""
+    return [name for name in namespaces.namespaces() if name.startswith(f"{namespaces.PREFIX}-{os.getpid()}-")]
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"nodes": 1}, "nodes must be an int from 2 to 16, got 1"),
     ({"rate_mbit": 0}, "rate_mbit must be a number of Mbit/s from 1 to 100000, got 0"),
@@ -43,11 +48,11 @@ def link_names(listing):
     ({"subnet": "not a net"}, "subnet must be an IPv4 network"),
 ])
 def test_bad_arguments_are_named_before_anything_is_built(kwargs, message):
-    before = namespaces.namespaces()
+    before = ours()
     with pytest.raises(ValueError) as error:
         Cluster(**kwargs)
     assert message in str(error.value)
-    assert namespaces.namespaces() == before
+    assert ours() == before
 
 
 def test_addresses_come_from_the_benchmarking_range_and_names_are_unique():
@@ -201,10 +206,10 @@ def test_a_delay_needs_netem_or_says_so():
         with Cluster(2, delay_ms=1) as cluster:
             assert "netem" in cluster.qdiscs()[cluster.nodes[0].namespace]
     else:
-        before = namespaces.namespaces()
+        before = ours()
         with pytest.raises(ClusterError, match="no `netem` queueing discipline"):
             Cluster(2, delay_ms=1).start()
-        assert namespaces.namespaces() == before
+        assert ours() == before
 
 
 CHILD = textwrap.dedent("""
