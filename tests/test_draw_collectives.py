@@ -137,3 +137,19 @@ def test_all_to_all_parts_are_labelled_with_their_rank():
     assert sorted(second) == sorted([(f"{2 * 10 ** r}", to_hex(rank_colour(r))) for r in range(3)] * 2)
     with pytest.raises(ValueError, match="part_labels must map a value's name to a label with"):
         draw_collective(records, part_labels={"input": "to"})
+
+
+def test_chapters_15e_and_15f_draw_each_collective_in_the_books_one_colour():
+    # Both chapters put all-gathers, reduce-scatters and all-reduces side by
+    # side; before one table in the palette, an all-gather was blue in 15e and
+    # sky blue in 15f.
+    from ddp_lab.draw.fsdp_production import draw_bytes_per_dimension
+    from ddp_lab.draw.palette import COLLECTIVE_COLOURS
+    from ddp_lab.draw.two_d import draw_two_d_step
+
+    names = list(COLLECTIVE_COLOURS)
+    bars = draw_bytes_per_dimension({"one": [(name, "all ranks", 100) for name in names]})
+    boxes = draw_two_d_step([("dp", "forward", name, 100) for name in names])
+    bar_colours = [to_hex(p.get_facecolor()) for p in bars.axes[0].patches]
+    box_colours = [to_hex(p.get_facecolor()) for p in boxes.axes[0].patches]
+    assert bar_colours == box_colours == [COLLECTIVE_COLOURS[name].lower() for name in names]

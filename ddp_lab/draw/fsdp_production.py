@@ -22,10 +22,9 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from ddp_lab.draw import palette
+from ddp_lab.draw.palette import COLLECTIVE_COLOURS  # the book's one table: 15f draws them alike
 
-__all__ = ["COLLECTIVE_COLOURS", "draw_bytes_per_dimension", "draw_checkpoint_files"]
-
-COLLECTIVE_COLOURS = {"all_gather": palette.BLUE, "reduce_scatter": palette.ORANGE, "all_reduce": palette.GREEN}
+__all__ = ["draw_bytes_per_dimension", "draw_checkpoint_files"]
 _LABELS = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce"}
 _DIMENSIONS = ("all ranks", "shard", "replicate")
 

@@ -23,6 +23,11 @@ BLACK = "#000000"
 
 OKABE_ITO = (ORANGE, SKY_BLUE, GREEN, YELLOW, BLUE, VERMILLION, PURPLE, GREY)
 
+# One colour per collective wherever a picture draws several side by side
+# (Chapter 15e's bytes per mesh dimension, 15f's 2-D step), so that a reader
+# who learnt "sky blue is an all-gather" in one chapter reads the next alike.
+COLLECTIVE_COLOURS = {"all_gather": SKY_BLUE, "reduce_scatter": ORANGE, "all_reduce": GREEN}
+
 # Greys for text, edges and backgrounds, darkest first.
 INK = "#222222"          # titles
 TEXT = "#333333"         # labels
