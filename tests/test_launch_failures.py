@@ -523,6 +523,56 @@ def test_a_forkserver_whose_request_broke_off_stops_without_a_traceback(broken_o
     assert "Traceback" not in done.stderr and "EOFError" not in done.stderr, done.stderr
 
 
+# The forkserver dies while the ranks it started run (a request to it broke
+# off): multiprocessing then reads each rank's exit code as 255, and the launch
+# reported "rank 0 exited with code 255" for ranks that went on to return.
+FORKSERVER_DIES_MID_LAUNCH = """
+import os, socket, time
+import psutil
+import ddp_lab
+from multiprocessing import forkserver
+
+
+def break_it_off_and_return(address, forkserver_pid):
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        with socket.socket(socket.AF_UNIX) as other:
+            other.connect(address)
+    while psutil.pid_exists(forkserver_pid) and psutil.Process(forkserver_pid).status() != "zombie":
+        time.sleep(0.01)
+    return os.getpid()
+
+
+if __name__ == "__main__":
+    ddp_lab.launch(os.getpid, 2)
+    server = forkserver._forkserver
+    pids = ddp_lab.launch(break_it_off_and_return, 2,
+                          args=(server._forkserver_address, server._forkserver_pid))
+    print("returned:", len(pids), flush=True)
+    deadline = time.monotonic() + 60
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids) \\
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print("ranks left:", [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"])
+    print("next:", len(ddp_lab.launch(os.getpid, 2)))
+"""
+
+
+def test_ranks_whose_forkserver_died_under_them_are_not_reported_dead(tmp_path):
+    script = tmp_path / "mid_launch.py"
+    script.write_text(FORKSERVER_DIES_MID_LAUNCH)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "returned: 2\nranks left: []\nnext: 2\n" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_rank_whose_exit_code_no_one_could_read_says_so():
+    message = str(ddp_lab.RankDied(1, None))
+    assert message == ("rank 1 ended, with an exit code no one could read (the forkserver that started it "
+                       "had died) before returning a result"), message
+
+
 def test_one_other_failure_is_named_in_the_singular():
     one = ddp_lab.RankFailed(0, "ValueError", "odd", "", None, {1: "ValueError"}, {}, None)
     two = ddp_lab.RankFailed(0, "ValueError", "odd", "", None, {1: "ValueError", 2: "ValueError"}, {}, None)

@@ -130,6 +130,8 @@ class RankDied(LaunchError):
 
     It was killed by a signal (``signal_name`` is set: SIGKILL is what the
     out-of-memory killer sends) or it exited with a code (``os._exit(3)``).
+    ``exitcode`` is None when no one could read it: the forkserver that
+    started the rank, which is told the code, had died before the rank.
     """
 
     _render_traceback_ = _render_user_traceback
@@ -141,7 +143,7 @@ class RankDied(LaunchError):
         if exitcode is not None and exitcode < 0:
             self.signal_name = _signal_name(-exitcode)
         message = f"rank {rank} {describe_exit(exitcode)}"
-        if exitcode is not None and exitcode >= 0:
+        if exitcode is None or exitcode >= 0:
             message += " before returning a result"
         if exitcode == -9:
             message += "; the kernel's out-of-memory killer sends this one too"
@@ -153,7 +155,9 @@ class RankDied(LaunchError):
 
 def describe_exit(exitcode):
     """How a process ended, from its exit code: "was killed by signal SIGKILL (9)"."""
-    if exitcode is not None and exitcode < 0:
+    if exitcode is None:  # worker_group._outlived_its_forkserver
+        return "ended, with an exit code no one could read (the forkserver that started it had died)"
+    if exitcode < 0:
         return f"was killed by signal {_signal_name(-exitcode)} ({-exitcode})"
     return f"exited with code {exitcode}"
 

@@ -45,6 +45,8 @@ from datetime import timedelta
 from multiprocessing import util
 from multiprocessing.connection import wait
 
+import psutil
+
 from ddp_lab.launcher import protocol, shutdown
 from ddp_lab.launcher.forkserver import prepare_forkserver, start_process
 from ddp_lab.launcher.output import LiveLine, RankOutput
@@ -80,6 +82,10 @@ class _Rank:
     control: object  # multiprocessing Connection
     output_pipe: object  # multiprocessing Connection, read end
     output: RankOutput = field(default_factory=RankOutput)
+    # False once the forkserver that started it has died: its sentinel then
+    # fires though the rank runs on (see _outlived_its_forkserver), and only
+    # its control line says when it ends.
+    exit_watched: bool = True
 
 
 class WorkerGroup:
@@ -185,7 +191,7 @@ class WorkerGroup:
                 lines[r.output_pipe] = ("output", r)
             if r.rank in job.pending or r.rank in self._asked:
                 lines[r.control] = ("control", r)
-            if r.rank in job.pending:
+            if r.rank in job.pending and r.exit_watched:
                 lines[r.process.sentinel] = ("exited", r)
         for line in wait(list(lines), timeout=max(0.0, seconds)):
             kind, r = lines[line]
@@ -194,7 +200,10 @@ class WorkerGroup:
             elif kind == "control":
                 self._read_message(r)
             elif r.rank in job.pending and not r.control.poll():
-                self._record_death(r)  # exited, with no reply left to read
+                if _outlived_its_forkserver(r.process):
+                    r.exit_watched = False  # the rank runs on; its control line tells when it ends
+                else:
+                    self._record_death(r)  # exited, with no reply left to read
 
     def _read_message(self, r):
         """Read one message from rank ``r``; keep it if it answers what was asked."""
@@ -222,7 +231,8 @@ class WorkerGroup:
 
     def _record_death(self, r):
         r.process.join(1.0)
-        self.job.died[r.rank] = r.process.exitcode
+        # None: its exit code was the forkserver's to read, and it had died
+        self.job.died[r.rank] = r.process.exitcode if r.exit_watched else None
         self.job.pending.discard(r.rank)
         self._asked.discard(r.rank)
 
@@ -362,6 +372,24 @@ def _start_rank(context, spec, job, temp_dir):
         rank_output.close()
     os.set_blocking(output_pipe.fileno(), False)
     return _Rank(spec.rank, process, control, output_pipe)
+
+
+def _outlived_its_forkserver(process) -> bool:
+    """Whether a rank whose sentinel fired still runs: its forkserver died, not the rank.
+
+    Under the forkserver, a rank's sentinel is a pipe from the forkserver,
+    which writes the rank's exit code there when the rank ends. When the
+    forkserver itself dies (``forkserver.start_process`` says when), every
+    sentinel it held fires, and multiprocessing reads the exit code of each
+    rank it started as 255, though the ranks run on: a report that they all
+    exited with code 255 would be false. So the process is looked at. (Under
+    spawn or fork a sentinel fires only when the process has ended: it is
+    then gone, or a zombie until joined.)
+    """
+    try:
+        return psutil.Process(process.pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _loopback_store(store_timeout):
