@@ -533,13 +533,20 @@ import ddp_lab
 from multiprocessing import forkserver
 
 
+def running(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def break_it_off_and_return(address, forkserver_pid):
     import torch.distributed as dist
 
     if dist.get_rank() == 0:
         with socket.socket(socket.AF_UNIX) as other:
             other.connect(address)
-    while psutil.pid_exists(forkserver_pid) and psutil.Process(forkserver_pid).status() != "zombie":
+    while running(forkserver_pid):
         time.sleep(0.01)
     return os.getpid()
 
@@ -551,10 +558,9 @@ if __name__ == "__main__":
                           args=(server._forkserver_address, server._forkserver_pid))
     print("returned:", len(pids), flush=True)
     deadline = time.monotonic() + 60
-    while any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids) \\
-            and time.monotonic() < deadline:
+    while any(map(running, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    print("ranks left:", [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"])
+    print("ranks left:", [p for p in pids if running(p)])
     print("next:", len(ddp_lab.launch(os.getpid, 2)))
 """
 
