@@ -19,7 +19,9 @@ one rule per kind of argument:
   of ``inf`` is an ideal link). A number with a range of its own (a link's
   rate in Chapter 12): :func:`check_number_between`;
 * a **share** (a utilisation): a number in (0, 1] (:func:`check_fraction`);
-* a **choice** among names: :func:`check_choice`.
+* a **choice** among names: :func:`check_choice`;
+* a count that another must **split** evenly (the rows of a tensor over its
+  ranks, ranks over nodes): :func:`check_divisible`.
 
 Python's ``True`` is an ``int`` (``True == 1``), and a count of ``True``
 is almost always a bug upstream, so a bool is never accepted as a number:
@@ -43,7 +45,7 @@ import numbers
 
 __all__ = ["is_int", "is_number", "check_positive_int", "check_int_at_least", "check_int_between",
            "check_whole_number", "check_positive_number", "check_non_negative_number", "check_number_between",
-           "check_fraction", "check_choice"]
+           "check_fraction", "check_choice", "check_divisible"]
 
 
 def is_int(value) -> bool:
@@ -175,3 +177,20 @@ def check_choice(name: str, value, allowed) -> str:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
     return value
+
+
+def check_divisible(name: str, value: int, by_name: str, by: int, why: str) -> int:
+    """``value // by`` if ``by`` divides ``value``, else ValueError naming both and ``why`` it must.
+
+    Both are counts the caller has checked already.
+
+    >>> check_divisible("tokens", 16, "dp", 2, "each replica takes tokens / dp rows")
+    8
+    >>> check_divisible("tokens", 7, "dp", 2, "each replica takes tokens / dp rows")
+    Traceback (most recent call last):
+        ...
+    ValueError: tokens = 7 must be divisible by dp = 2: each replica takes tokens / dp rows
+    """
+    if value % by:
+        raise ValueError(f"{name} = {value} must be divisible by {by_name} = {by}: {why}")
+    return value // by

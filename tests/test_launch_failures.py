@@ -249,7 +249,7 @@ BAD_INPUTS = [
     (dict(world_size=True), ValueError, "got True"),
     (dict(world_size="4"), ValueError, "got '4'"),
     (dict(backend="mpi"), ValueError, "unknown backend 'mpi': use one of 'auto', 'gloo', 'nccl'"),
-    (dict(nodes=3), ValueError, "world_size=4 cannot be split evenly over nodes=3"),
+    (dict(nodes=3), ValueError, "world_size = 4 must be divisible by nodes = 3"),
     (dict(timeout=0), ValueError, "timeout must be a finite number of seconds > 0, got 0"),
     (dict(timeout=float("inf")), ValueError, "got inf"),
     (dict(timeout=-1), ValueError, "timeout must be a finite number of seconds > 0, got -1"),

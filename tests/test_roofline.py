@@ -38,7 +38,7 @@ def test_tensor_parallelism_slides_the_mlp_towards_the_ridge():
     intensities = [r["up"]["intensity"] for r in rows]
     assert intensities == sorted(intensities, reverse=True)
     assert [x < ridge for x in intensities] == [False, False, False, True]
-    with pytest.raises(ValueError, match="ffn=3072 does not split evenly over degree=5"):
+    with pytest.raises(ValueError, match="ffn = 3072 must be divisible by degree = 5"):
         rl.tensor_parallel_mlp(8192, 768, 3072, 5, 2)
 
 

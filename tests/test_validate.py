@@ -12,10 +12,14 @@ import pytest
 
 from ddp_lab import validate
 from ddp_lab.cost import scaling
+from ddp_lab.cost.roofline import tensor_parallel_mlp
+from ddp_lab.cost.two_d import tp_local_shapes
 from ddp_lab.gpu_check.runner import Options
+from ddp_lab.launcher.config import make_config
 from ddp_lab.model_parallel.choosing import Training
 from ddp_lab.topology import Topology
 from ddp_lab.validate import (
+    check_divisible,
     check_fraction,
     check_non_negative_number,
     check_number_between,
@@ -90,6 +94,22 @@ def test_what_the_old_checks_let_through_is_refused(call, message):
     with pytest.raises(ValueError) as refused:
         call()
     assert str(refused.value) == message
+
+
+def test_a_count_another_must_split_names_both_and_why():
+    assert check_divisible("ffn", 32, "tp", 4, "each rank holds ffn / tp columns") == 8
+    with pytest.raises(ValueError, match="^ffn = 30 must be divisible by tp = 4: each rank holds ffn / tp columns$"):
+        check_divisible("ffn", 30, "tp", 4, "each rank holds ffn / tp columns")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: tp_local_shapes(8, 30, 4), "ffn = 30 must be divisible by tp = 4"),
+    (lambda: tensor_parallel_mlp(8, 8, 30, 4, 2), "ffn = 30 must be divisible by degree = 4"),
+    (lambda: make_config(3, nodes=2, world_size_name="nprocs"), "nprocs = 3 must be divisible by nodes = 2"),
+], ids=["two_d", "roofline", "launch"])
+def test_the_cost_models_and_the_launch_say_a_split_the_same_way(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
 
 
 def test_the_choosing_model_refuses_a_utilisation_of_true():

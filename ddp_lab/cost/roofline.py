@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddp_lab.validate import check_choice, check_positive_int, check_positive_number
+from ddp_lab.validate import check_choice, check_divisible, check_positive_int, check_positive_number
 
 from .scaling import GPUS
 
@@ -172,10 +172,8 @@ def tensor_parallel_mlp(tokens: int, hidden: int, ffn: int, degree: int,
     check_positive_int("hidden", hidden)
     check_positive_int("ffn", ffn)
     check_positive_int("degree", degree)
-    if ffn % degree:
-        raise ValueError(f"ffn={ffn} does not split evenly over degree={degree}: "
-                         "choose a degree that divides it")
-    shard = ffn // degree
+    shard = check_divisible("ffn", ffn, "degree", degree,
+                            "each rank holds ffn / degree of the columns; choose a degree that divides it")
     shapes = {"up": (tokens, hidden, shard), "down": (tokens, shard, hidden)}
     return {name: {"m": m, "k": k, "n": n, "flops": matmul_flops(m, k, n),
                    "bytes": matmul_bytes(m, k, n, bytes_per_element),

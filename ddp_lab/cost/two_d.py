@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ddp_lab.cost.ring_bytes import ring_bytes
-from ddp_lab.validate import check_positive_int
+from ddp_lab.validate import check_divisible, check_positive_int
 
 __all__ = ["Planned", "tp_local_shapes", "fsdp_padded_numel", "two_d_collectives", "bytes_by_dimension"]
 
@@ -55,9 +55,7 @@ def _checked(hidden, ffn, tp):
     check_positive_int("hidden", hidden)
     check_positive_int("ffn", ffn)
     check_positive_int("tp", tp)
-    if ffn % tp:
-        raise ValueError(f"the hidden layer's width ffn = {ffn} must be divisible by tp = {tp}: "
-                         "each rank holds ffn / tp of its columns")
+    check_divisible("ffn", ffn, "tp", tp, "each rank holds ffn / tp of the hidden layer's columns")
 
 
 def tp_local_shapes(hidden: int, ffn: int, tp: int) -> list[tuple[int, ...]]:
@@ -108,8 +106,7 @@ def two_d_collectives(*, blocks: int, hidden: int, ffn: int, tokens: int, dp: in
     check_positive_int("tokens", tokens)
     check_positive_int("dp", dp)
     check_positive_int("bytes_per_value", bytes_per_value)
-    if tokens % dp:
-        raise ValueError(f"tokens = {tokens} must be divisible by dp = {dp}: each replica takes tokens / dp rows")
+    check_divisible("tokens", tokens, "dp", dp, "each replica takes tokens / dp rows")
     gather = fsdp_padded_numel(tp_local_shapes(hidden, ffn, tp), dp) * bytes_per_value
     activations = tokens // dp * hidden * bytes_per_value
     forward = []

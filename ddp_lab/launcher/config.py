@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ddp_lab.host import available_cores, cuda_device_count
 from ddp_lab.launcher.errors import wrap
-from ddp_lab.validate import check_positive_int, check_positive_number
+from ddp_lab.validate import check_divisible, check_positive_int, check_positive_number
 
 BACKENDS = ("auto", "gloo", "nccl")
 # What "auto" initialises when every rank has a GPU: nccl for CUDA tensors and
@@ -90,10 +90,8 @@ def make_config(world_size, *, backend="auto", nodes=1, threads=None,
     if style not in STYLES:
         raise ValueError(f"unknown style {style!r}: use one of {', '.join(map(repr, STYLES))}")
     check_positive_int("nodes", nodes)
-    if world_size % nodes:
-        raise ValueError(
-            f"world_size={world_size} cannot be split evenly over nodes={nodes}: "
-            f"use a nodes value that divides {world_size}")
+    check_divisible(world_size_name, world_size, "nodes", nodes,
+                    f"each node runs the same number of ranks; use a nodes value that divides {world_size}")
     if threads is not None:
         check_positive_int("threads", threads, MAX_THREADS, "threads per rank")
     timeout = check_timeout(timeout)
