@@ -3,7 +3,9 @@
 actionlint checks each workflow (syntax, expressions, the inputs and runtimes
 of the actions used, permissions), with shellcheck on every ``run:`` script;
 any finding fails the test. Both come from the package index
-(requirements.txt), so the lint runs wherever the suite does.
+(requirements.txt), so the lint runs wherever the suite does. The shell
+scripts the workflows and a maintainer run (``.ci/run``, ``tools/*.sh``)
+get the same shellcheck.
 """
 
 from __future__ import annotations
@@ -59,6 +61,26 @@ def test_there_are_the_three_workflows():
 def test_every_workflow_passes_actionlint_with_shellcheck():
     done = actionlint(*(path.relative_to(ROOT) for path in FILES))
     assert done.returncode == 0 and done.stdout == "", done.stdout + done.stderr
+
+
+def shell_scripts() -> list[Path]:
+    """Every tracked file that starts with a bash shebang."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    scripts = []
+    for name in tracked.stdout.split("\0"):
+        path = ROOT / name
+        if name and path.is_file() and not path.is_symlink():
+            with path.open("rb") as file:
+                if re.match(rb"#!\s*/(usr/)?bin/(env )?bash\b", file.readline()):
+                    scripts.append(path)
+    return scripts
+
+
+def test_every_shell_script_passes_shellcheck():
+    scripts = shell_scripts()
+    assert {".ci/run", "tools/gpu_run.sh"} <= {str(path.relative_to(ROOT)) for path in scripts}
+    done = subprocess.run([tool("shellcheck"), *map(str, scripts)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_actionlint_runs_shellcheck_and_reports_a_finding(tmp_path):

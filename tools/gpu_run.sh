@@ -4,8 +4,8 @@
 #   bash tools/gpu_run.sh            # writes into $OUT (the device tool's folder) or /tmp/gpu_out
 #
 # The machine has its own torch (a CUDA build) and no network: the packages it
-# lacks travel as wheels in .whl/ (the device tool's README says how to fetch
-# them), installed into /tmp/site. In order, each step bounded by a timeout so
+# lacks travel as wheels in .whl/ (fetched here by tools/gpu_wheels.sh; carry
+# .whl in the device call), installed into /tmp/site. In order, each step bounded by a timeout so
 # that a hang costs one step, not the run:
 #   1. what the machine is: nvidia-smi, torch, CUDA, NCCL;
 #   2. python -m ddp_lab.gpu_check: every check one GPU allows, the results file

@@ -17,7 +17,7 @@
 # so that a machine-wide cap on torch (this project's CI machines have one at
 # 2.14.1) does not hide the newer releases.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root="$PWD"
 python="${PYTHON:-python3.11}"
 versions=("$@")
