@@ -205,14 +205,16 @@ def test_a_rank_killed_by_a_signal_is_reported_with_the_signal(signum):
     assert signal.Signals(signum).name in str(caught.value)
 
 
-def test_a_rank_that_exits_early_is_reported_with_its_exit_code():
+@pytest.mark.parametrize("code", [3, 255])  # 255 too: what multiprocessing reads when a forkserver dies
+def test_a_rank_that_exits_early_is_reported_with_its_exit_code(code):
     def work():
         if dist.get_rank() == 0:
-            os._exit(3)
+            os._exit(code)
         dist.barrier()
 
-    with pytest.raises(ddp_lab.RankDied, match="rank 0 exited with code 3"):
+    with pytest.raises(ddp_lab.RankDied, match=f"rank 0 exited with code {code} before") as caught:
         ddp_lab.launch(work, 2)
+    assert caught.value.exitcode == code
 
 
 def test_interrupting_stops_every_rank():
@@ -571,6 +573,40 @@ def test_ranks_whose_forkserver_died_under_them_are_not_reported_dead(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "returned: 2\nranks left: []\nnext: 2\n" in done.stdout, done.stdout + done.stderr
+
+
+# The other order: the rank ends while its forkserver cannot take in its exit
+# code (stopped), and the forkserver then dies. The code was never written down
+# for the launcher to read; multiprocessing reads the end of the pipe as 255.
+RANK_ENDS_AS_ITS_FORKSERVER_DIES = """
+import os, signal, subprocess
+import ddp_lab
+
+
+def end_as_the_forkserver_dies():
+    forkserver = os.getppid()
+    os.kill(forkserver, signal.SIGSTOP)  # it cannot collect this rank's exit code now
+    subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -KILL {forkserver}"], start_new_session=True)
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    ddp_lab.launch(os.getpid, 1)
+    try:
+        ddp_lab.launch(end_as_the_forkserver_dies, 1)
+    except ddp_lab.RankDied as died:
+        print("died:", died.exitcode, "|", died, flush=True)
+    print("next:", len(ddp_lab.launch(os.getpid, 2)))
+"""
+
+
+def test_a_rank_that_ended_as_its_forkserver_died_is_not_given_a_code(tmp_path):
+    script = tmp_path / "ends_as_it_dies.py"
+    script.write_text(RANK_ENDS_AS_ITS_FORKSERVER_DIES)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("died: None | rank 0 ended, with an exit code no one could read (the forkserver that started it "
+            "had died) before returning a result\nnext: 2\n") in done.stdout, done.stdout + done.stderr
 
 
 def test_a_rank_whose_exit_code_no_one_could_read_says_so():

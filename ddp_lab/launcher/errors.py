@@ -131,7 +131,8 @@ class RankDied(LaunchError):
     It was killed by a signal (``signal_name`` is set: SIGKILL is what the
     out-of-memory killer sends) or it exited with a code (``os._exit(3)``).
     ``exitcode`` is None when no one could read it: the forkserver that
-    started the rank, which is told the code, had died before the rank.
+    started the rank, which is told the code, died before it had passed the
+    code on (before the rank ended, or as it ended).
     """
 
     _render_traceback_ = _render_user_traceback
@@ -155,7 +156,7 @@ class RankDied(LaunchError):
 
 def describe_exit(exitcode):
     """How a process ended, from its exit code: "was killed by signal SIGKILL (9)"."""
-    if exitcode is None:  # worker_group._outlived_its_forkserver
+    if exitcode is None:  # worker_group._exit_code_lost
         return "ended, with an exit code no one could read (the forkserver that started it had died)"
     if exitcode < 0:
         return f"was killed by signal {_signal_name(-exitcode)} ({-exitcode})"

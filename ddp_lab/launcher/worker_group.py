@@ -63,6 +63,8 @@ FAILURE_GRACE = 0.25
 WHERE_GRACE = 1.0
 # How long ranks get to leave cleanly before they are killed.
 EXIT_GRACE = 5.0
+# How long a forkserver that has closed its pipes gets to be seen dead (_exit_code_lost).
+FORKSERVER_GRACE = 1.0
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,10 @@ class _Rank:
     control: object  # multiprocessing Connection
     output_pipe: object  # multiprocessing Connection, read end
     output: RankOutput = field(default_factory=RankOutput)
-    # False once the forkserver that started it has died: its sentinel then
-    # fires though the rank runs on (see _outlived_its_forkserver), and only
-    # its control line says when it ends.
+    forkserver: int | None = None  # the pid of the forkserver that started it
+    # False once that forkserver has died: its sentinel then fires whether or
+    # not the rank has ended (see _exit_code_lost), and only its control line
+    # says when it ends.
     exit_watched: bool = True
 
 
@@ -200,8 +203,8 @@ class WorkerGroup:
             elif kind == "control":
                 self._read_message(r)
             elif r.rank in job.pending and not r.control.poll():
-                if _outlived_its_forkserver(r.process):
-                    r.exit_watched = False  # the rank runs on; its control line tells when it ends
+                if _exit_code_lost(r):
+                    r.exit_watched = False  # it may run on: its control line tells when it ends
                 else:
                     self._record_death(r)  # exited, with no reply left to read
 
@@ -230,9 +233,10 @@ class WorkerGroup:
             # else: the answer to an older question (a late stack): dropped
 
     def _record_death(self, r):
-        r.process.join(1.0)
+        r.process.join(EXIT_GRACE)  # ended: at once, unless a busy machine holds its forkserver up
         # None: its exit code was the forkserver's to read, and it had died
-        self.job.died[r.rank] = r.process.exitcode if r.exit_watched else None
+        lost = not r.exit_watched or _exit_code_lost(r)
+        self.job.died[r.rank] = None if lost else r.process.exitcode
         self.job.pending.discard(r.rank)
         self._asked.discard(r.rank)
 
@@ -371,23 +375,50 @@ def _start_rank(context, spec, job, temp_dir):
         rank_control.close()  # the rank has its own copies now
         rank_output.close()
     os.set_blocking(output_pipe.fileno(), False)
-    return _Rank(spec.rank, process, control, output_pipe)
+    return _Rank(spec.rank, process, control, output_pipe, forkserver=_parent(process.pid))
 
 
-def _outlived_its_forkserver(process) -> bool:
-    """Whether a rank whose sentinel fired still runs: its forkserver died, not the rank.
+def _parent(pid) -> int | None:
+    """The pid of the process that forked ``pid`` (for a rank, its forkserver);
+    None if it has already been collected."""
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _exit_code_lost(r) -> bool:
+    """Whether rank ``r``'s sentinel fired because its forkserver died, so that
+    no one can read how the rank ended.
 
     Under the forkserver, a rank's sentinel is a pipe from the forkserver,
-    which writes the rank's exit code there when the rank ends. When the
-    forkserver itself dies (``forkserver.start_process`` says when), every
-    sentinel it held fires, and multiprocessing reads the exit code of each
-    rank it started as 255, though the ranks run on: a report that they all
-    exited with code 255 would be false. So the process is looked at. (Under
-    spawn or fork a sentinel fires only when the process has ended: it is
-    then gone, or a zombie until joined.)
+    which writes the rank's exit code there once it has collected the ended
+    rank. When the forkserver itself dies (``forkserver.start_process`` says
+    when), every sentinel it held fires, and multiprocessing reads the end of
+    each pipe as exit code 255: for a rank that runs on, and for one that
+    ended while the forkserver could not collect it. A report that they
+    exited with code 255 would be false. So a 255 is believed only from a
+    rank that has ended while the forkserver that started it lives on (it
+    then wrote the 255). A forkserver closes its pipes as it exits, an
+    instant before it is seen dead, so a dying one gets ``FORKSERVER_GRACE``
+    to be seen so.
     """
+    if r.process.exitcode != 255 or r.forkserver is None:
+        return False
+    if _running(r.process.pid):
+        return True  # its sentinel fired, yet it runs
+    deadline = time.monotonic() + FORKSERVER_GRACE
+    while _running(r.forkserver):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _running(pid) -> bool:
+    """Whether ``pid`` runs (an ended process not yet collected is a zombie: not running)."""
     try:
-        return psutil.Process(process.pid).status() != psutil.STATUS_ZOMBIE
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
