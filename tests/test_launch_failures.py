@@ -525,6 +525,13 @@ def test_a_forkserver_whose_request_broke_off_stops_without_a_traceback(broken_o
     assert "Traceback" not in done.stderr and "EOFError" not in done.stderr, done.stderr
 
 
+def run_script(folder, name, text, timeout=120):
+    """Write ``text`` to ``folder/name``, run it with this Python and return it, ended."""
+    script = folder / name
+    script.write_text(text)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout)
+
+
 # The forkserver dies while the ranks it started run (a request to it broke
 # off): multiprocessing then reads each rank's exit code as 255, and the launch
 # reported "rank 0 exited with code 255" for ranks that went on to return.
@@ -568,9 +575,7 @@ if __name__ == "__main__":
 
 
 def test_ranks_whose_forkserver_died_under_them_are_not_reported_dead(tmp_path):
-    script = tmp_path / "mid_launch.py"
-    script.write_text(FORKSERVER_DIES_MID_LAUNCH)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    done = run_script(tmp_path, "mid_launch.py", FORKSERVER_DIES_MID_LAUNCH)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "returned: 2\nranks left: []\nnext: 2\n" in done.stdout, done.stdout + done.stderr
 
@@ -601,9 +606,7 @@ if __name__ == "__main__":
 
 
 def test_a_rank_that_ended_as_its_forkserver_died_is_not_given_a_code(tmp_path):
-    script = tmp_path / "ends_as_it_dies.py"
-    script.write_text(RANK_ENDS_AS_ITS_FORKSERVER_DIES)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    done = run_script(tmp_path, "ends_as_it_dies.py", RANK_ENDS_AS_ITS_FORKSERVER_DIES)
     assert done.returncode == 0, done.stdout + done.stderr
     assert ("died: None | rank 0 ended, with an exit code no one could read (the forkserver that started it "
             "had died) before returning a result\nnext: 2\n") in done.stdout, done.stdout + done.stderr
@@ -650,9 +653,7 @@ if __name__ == "__main__":
 def test_a_child_forked_after_a_launch_launches_from_a_forkserver_of_its_own(tmp_path):
     # Issue 44: the child inherited its parent's forkserver record, and its
     # launch failed with a bare ChildProcessError (waitpid on the parent's child).
-    script = tmp_path / "forked.py"
-    script.write_text(LAUNCH_FROM_A_FORKED_CHILD)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    done = run_script(tmp_path, "forked.py", LAUNCH_FROM_A_FORKED_CHILD, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ChildProcessError" not in done.stderr, done.stderr
     assert done.stdout.splitlines()[-3:] == ["child: 2 2", "child exited with 0", "parent again: 2"], done.stdout
