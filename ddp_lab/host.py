@@ -8,7 +8,9 @@ each rendezvous a ``free_port`` (Chapters 2 and 11); the benchmarks say how
 many cores they ran on (Chapter 10), and the stored runs and the roofline
 which CPU (``cpu_model``, Chapters 12 and 14b). ``uses_nccl`` reads a process group's
 backend string, here because code inside ranks needs it too and must not
-import the launcher.
+import the launcher. ``process_running`` tells a running process from one that
+has ended (the launcher about its ranks and their forkserver, Chapter 3; the
+stack reader about a rank it watches, Chapter 13b).
 """
 
 from __future__ import annotations
@@ -77,3 +79,14 @@ def uses_nccl(backend) -> bool:
     (True, False)
     """
     return any(part in ("nccl", "cuda:nccl") for part in str(backend).split(","))
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` is a running process: not gone, and not a zombie (a
+    process that has ended and waits for its parent to collect it)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

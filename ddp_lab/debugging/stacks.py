@@ -43,6 +43,7 @@ from ddp_lab.cluster.torchrun import (
     torchrun_command,
     without_lookup_warnings,
 )
+from ddp_lab.host import process_running
 from ddp_lab.validate import check_int_between, check_positive_int
 
 __all__ = ["Frame", "HungJob", "py_spy_command", "dump_stack", "stack_lines", "stacks_of_hung_job"]
@@ -265,16 +266,6 @@ def _find_workers(agent, count: int, deadline: float) -> dict[int, int]:
     return workers
 
 
-def _alive(pid: int) -> bool:
-    """Is ``pid`` a running process (not gone, not a zombie waiting to be collected)?"""
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def _settled_stack(pid: int, deadline: float) -> tuple[list[Frame], bool]:
     """``(stack, exited)``: the stack once it has sat in a collective for ``STILL_FOR`` seconds, or
     the last one seen at ``deadline``; ``exited`` when the process ended first (its last stack seen,
@@ -284,7 +275,7 @@ def _settled_stack(pid: int, deadline: float) -> tuple[list[Frame], bool]:
         try:
             frames = dump_stack(pid)
         except RuntimeError:
-            if not _alive(pid):  # the process has exited: its last stack seen
+            if not process_running(pid):  # the process has exited: its last stack seen
                 return previous or [], True
             # py-spy can fail to read a live process that is changing under it (a
             # busy machine saw it once): keep the stack seen so far, and try again

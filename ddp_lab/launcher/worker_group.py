@@ -47,6 +47,7 @@ from multiprocessing.connection import wait
 
 import psutil
 
+from ddp_lab.host import process_running
 from ddp_lab.launcher import protocol, shutdown
 from ddp_lab.launcher.forkserver import prepare_forkserver, start_process
 from ddp_lab.launcher.output import LiveLine, RankOutput
@@ -206,7 +207,7 @@ class WorkerGroup:
                 if _exit_code_lost(r):
                     r.exit_watched = False  # it may run on: its control line tells when it ends
                 else:
-                    self._record_death(r)  # exited, with no reply left to read
+                    self._record_death(r, code_lost=False)  # exited, with no reply left to read
 
     def _read_message(self, r):
         """Read one message from rank ``r``; keep it if it answers what was asked."""
@@ -232,11 +233,13 @@ class WorkerGroup:
                     job.failures[r.rank] = payload
             # else: the answer to an older question (a late stack): dropped
 
-    def _record_death(self, r):
+    def _record_death(self, r, code_lost=None):
+        """Record that rank ``r`` ended without replying; its exit code is None when
+        ``code_lost`` (the caller has asked ``_exit_code_lost``; else it is asked here)."""
         r.process.join(EXIT_GRACE)  # ended: at once, unless a busy machine holds its forkserver up
-        # None: its exit code was the forkserver's to read, and it had died
-        lost = not r.exit_watched or _exit_code_lost(r)
-        self.job.died[r.rank] = None if lost else r.process.exitcode
+        if code_lost is None:
+            code_lost = not r.exit_watched or _exit_code_lost(r)
+        self.job.died[r.rank] = None if code_lost else r.process.exitcode
         self.job.pending.discard(r.rank)
         self._asked.discard(r.rank)
 
@@ -405,22 +408,14 @@ def _exit_code_lost(r) -> bool:
     """
     if r.process.exitcode != 255 or r.forkserver is None:
         return False
-    if _running(r.process.pid):
+    if process_running(r.process.pid):
         return True  # its sentinel fired, yet it runs
     deadline = time.monotonic() + FORKSERVER_GRACE
-    while _running(r.forkserver):
+    while process_running(r.forkserver):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.01)
     return True
-
-
-def _running(pid) -> bool:
-    """Whether ``pid`` runs (an ended process not yet collected is a zombie: not running)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _loopback_store(store_timeout):
