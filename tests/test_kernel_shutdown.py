@@ -15,6 +15,8 @@ import psutil
 import pytest
 from plumbing.unix_socket_kernels import start_new_kernel  # tests/plumbing/: no TCP port race
 
+from ddp_lab.host import process_running
+
 HELPER_PIDS = (
     "from multiprocessing import forkserver, resource_tracker\n"
     "print(json.dumps([forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid]))"
@@ -39,12 +41,6 @@ def run_in_kernel(kernel_client, code):
     return "".join(printed)
 
 
-def running(pid):
-    """True while pid exists and has not exited (a zombie has exited)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def descendants(pid):
@@ -64,9 +60,9 @@ def shut_down(manager):
 
 def wait_until_gone(pids, seconds=10.0):
     deadline = time.monotonic() + seconds
-    while any(running(p) for p in pids) and time.monotonic() < deadline:
+    while any(process_running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return [p for p in pids if running(p)]
+    return [p for p in pids if process_running(p)]
 
 
 def test_a_kernel_told_to_shut_down_freezes_its_objects_so_exit_skips_collecting_them():

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from plumbing.rank_census import rank_processes, wait_until_no_ranks
 
 import ddp_lab
+from ddp_lab.host import process_running
 
 
 def test_an_exception_names_the_rank_and_carries_its_traceback():
@@ -308,18 +309,10 @@ def test_code_piped_into_python_gets_a_clear_error_instead_of_dead_ranks():
 
 
 def still_running(pids):
-    import psutil
-
-    def running(pid):
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-
     deadline = time.monotonic() + 5
-    while any(map(running, pids)) and time.monotonic() < deadline:
+    while any(map(process_running, pids)) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return [pid for pid in pids if running(pid)]
+    return [pid for pid in pids if process_running(pid)]
 
 
 def start_two_children():
@@ -537,16 +530,9 @@ def run_script(folder, name, text, timeout=120):
 # reported "rank 0 exited with code 255" for ranks that went on to return.
 FORKSERVER_DIES_MID_LAUNCH = """
 import os, socket, time
-import psutil
 import ddp_lab
+from ddp_lab.host import process_running as running
 from multiprocessing import forkserver
-
-
-def running(pid):
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def break_it_off_and_return(address, forkserver_pid):
