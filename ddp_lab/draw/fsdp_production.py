@@ -22,10 +22,9 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from ddp_lab.draw import palette
-from ddp_lab.draw.palette import COLLECTIVE_COLOURS  # the book's one table: 15f draws them alike
+from ddp_lab.draw.palette import COLLECTIVE_COLOURS, COLLECTIVE_LABELS  # the book's one table: 15f draws them alike
 
 __all__ = ["draw_bytes_per_dimension", "draw_checkpoint_files"]
-_LABELS = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce"}
 _DIMENSIONS = ("all ranks", "shard", "replicate")
 
 
@@ -66,7 +65,7 @@ def draw_bytes_per_dimension(layouts: dict):
     ax.set_xlabel("bytes one rank sends per step (ring count)", fontsize=10)
     ax.tick_params(axis="x", labelsize=10)
     ax.spines[["top", "right"]].set_visible(False)
-    handles = [Patch(color=COLLECTIVE_COLOURS[c], label=_LABELS[c]) for c in COLLECTIVE_COLOURS if c in seen]
+    handles = [Patch(color=COLLECTIVE_COLOURS[c], label=COLLECTIVE_LABELS[c]) for c in COLLECTIVE_COLOURS if c in seen]
     if any(d == "replicate" for rows in layouts.values() for _, d, _ in rows):
         handles.append(Patch(facecolor=palette.GREY, hatch="//", edgecolor="white", label="across replicas"))
     ax.legend(handles=handles, fontsize=10, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.3),

@@ -27,6 +27,8 @@ OKABE_ITO = (ORANGE, SKY_BLUE, GREEN, YELLOW, BLUE, VERMILLION, PURPLE, GREY)
 # (Chapter 15e's bytes per mesh dimension, 15f's 2-D step), so that a reader
 # who learnt "sky blue is an all-gather" in one chapter reads the next alike.
 COLLECTIVE_COLOURS = {"all_gather": SKY_BLUE, "reduce_scatter": ORANGE, "all_reduce": GREEN}
+# ... and one name, as the prose writes it ("all-gather", not torch's all_gather).
+COLLECTIVE_LABELS = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce"}
 
 # Greys for text, edges and backgrounds, darkest first.
 INK = "#222222"          # titles

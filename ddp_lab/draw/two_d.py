@@ -16,13 +16,22 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from ddp_lab.draw.palette import BLUE, COLLECTIVE_COLOURS, EDGE, GREEN, INK, ORANGE, PANEL, SKY_BLUE, TEXT
+from ddp_lab.draw.palette import (
+    BLUE,
+    COLLECTIVE_COLOURS,
+    COLLECTIVE_LABELS,
+    EDGE,
+    GREEN,
+    INK,
+    ORANGE,
+    PANEL,
+    SKY_BLUE,
+    TEXT,
+)
 
 __all__ = ["draw_two_d_step", "draw_virtual_pipelines", "PHASE_COLOURS"]
 
 PHASE_COLOURS = {"F": SKY_BLUE, "B": BLUE, "I": ORANGE, "W": GREEN}
-# "reduce-scatter" on two lines: a box is one collective wide, and the word is wider than "all-gather"
-_LABELS = {"all_gather": "all-gather", "reduce_scatter": "reduce-\nscatter", "all_reduce": "all-reduce"}
 
 
 def draw_two_d_step(calls, *, title: str = "") -> Figure:
@@ -34,7 +43,9 @@ def draw_two_d_step(calls, *, title: str = "") -> Figure:
     rows = {"tp": 0, "dp": 1}
     split = next((i for i, c in enumerate(calls) if c[1] == "backward"), len(calls))
     for i, (dim, _phase, name, nbytes) in enumerate(calls):
-        label, colour = _LABELS.get(name, name), COLLECTIVE_COLOURS.get(name, PANEL)
+        # "reduce-scatter" on two lines: a box is one collective wide, and the word is wider than "all-gather"
+        label = COLLECTIVE_LABELS.get(name, name).replace("reduce-", "reduce-\n")
+        colour = COLLECTIVE_COLOURS.get(name, PANEL)
         ax.add_patch(Rectangle((i + 0.05, rows.get(dim, 0) - 0.4), 0.9, 0.8, facecolor=colour, edgecolor=EDGE))
         ax.text(i + 0.5, rows.get(dim, 0), f"{label}\n{nbytes:,} B", ha="center", va="center", fontsize=10,
                 color=INK)  # 4.6:1 on green, the darkest of the three
