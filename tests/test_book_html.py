@@ -57,6 +57,8 @@ from offline_browser import CHROMIUM, CHROMIUM_ARGS, LOCAL_HOSTS, serve  # tools
 from plumbing.book_build import BUILD, BuildFailed, built_book, inputs_fingerprint, is_fresh
 from widget_pages import exercise_controls
 
+from ddp_lab.draw import COLUMN_PX, MIN_TEXT_PX, PHONE_MIN_TEXT_PX
+
 ROOT = Path(__file__).resolve().parents[1]
 EXECUTED = BUILD / "jupyter_execute"  # the notebooks as executed by the build
 # The phone first: the desktop's visit ends with clicks that change the page.
@@ -388,7 +390,23 @@ IMAGES = """() => [...document.querySelectorAll('article.bd-article img')]
         return {src: img.getAttribute('src'), alt: img.getAttribute('alt'),
                 file: new URL(img.src).pathname.includes('/_images/'),
                 figure: !!figure, caption: !!(figure && figure.querySelector('figcaption')),
-                link: link ? new URL(link.href).pathname : null, self: new URL(img.src).pathname};
+                link: link ? new URL(link.href).pathname : null, self: new URL(img.src).pathname,
+                natural: !!img.style.width};
+    })"""
+
+# Each figure image (a file in _images/) as shown: its width, its natural
+# width in CSS pixels (the style MyST-NB writes; a figure without one fails
+# test_page_reads_well on the desktop), whether its box scrolls and how opaque
+# the shadow at the box's edge is.
+FIGURE_WIDTHS = """() => [...document.querySelectorAll('article.bd-article img')]
+    .filter(img => new URL(img.src).pathname.includes('/_images/'))
+    .map(img => {
+        const box = img.closest('a');
+        return {alt: (img.getAttribute('alt') || img.getAttribute('src')).slice(0, 60),
+                shown: img.getBoundingClientRect().width,
+                natural: parseFloat(img.style.width) || 0,
+                scrolls: box.scrollWidth > box.clientWidth + 1,
+                shadow: parseFloat(getComputedStyle(box, '::after').opacity)};
     })"""
 
 # The prose of the article, block by block, with the link of each run of its
@@ -491,6 +509,16 @@ def reader_problems(tab, label, name) -> list[str]:
                         + "; ".join(wide["culprits"]))
     problems += [f"{label}: clipped, not scrolled: {clip}" for clip in tab.evaluate(CLIPPED)]
     if label != "desktop":
+        # A figure's text stays >= PHONE_MIN_TEXT_PX (book.css): it is shown at least
+        # that fraction of the width at which its text is MIN_TEXT_PX, and scrolls.
+        for figure in tab.evaluate(FIGURE_WIDTHS):
+            least = min(figure["natural"], COLUMN_PX) * PHONE_MIN_TEXT_PX / MIN_TEXT_PX
+            if figure["shown"] < least - 1:
+                problems.append(f"{label}: figure shown {figure['shown']:.0f} px wide, under "
+                                f"{least:.0f} px (its natural width {figure['natural']:.0f} px): {figure['alt']}")
+            if figure["shadow"] != (1 if figure["scrolls"] else 0):
+                problems.append(f"{label}: figure {'scrolls' if figure['scrolls'] else 'fits'} but its "
+                                f"edge's shadow has opacity {figure['shadow']}: {figure['alt']}")
         return problems
     for block in tab.evaluate(CUT_BLOCKS):
         if block["optedOut"]:
@@ -512,6 +540,9 @@ def reader_problems(tab, label, name) -> list[str]:
                 problems.append(f"figure image not in a <figure> with a <figcaption>: {alt[:80] or src}")
             if image["link"] != image["self"]:
                 problems.append(f"figure image not linked to its file (tap to enlarge): {alt[:80] or src}")
+            if not image["natural"]:
+                problems.append(f"figure image drawn at 1x, without its natural width (import ddp_lab.draw "
+                                f"before drawing): {alt[:80] or src}")
     url_of = functools.cache(lambda page: tab.evaluate("p => new URL(p + '.html', location.origin + '/').pathname", page))
     problems += unlinked_references(name, prose(tab), numbered_pages(), url_of)
     loaded = tab.evaluate(SCRIPTS)

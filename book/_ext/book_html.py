@@ -98,6 +98,7 @@ FONT_AWESOME_SCRIPT = re.compile(
 # inside a link: group 1 is the link before it, if any; group 2 the <img>,
 # group 3 its file.
 IMAGE = re.compile(r'(<a\b[^>]*>\s*)?(<img\b[^>]*?\bsrc="([^"]*_images/[^"]+)"[^>]*>)')
+NATURAL_WIDTH = re.compile(r'\bstyle="width: (\d+(?:\.\d+)?)px;')  # as MyST-NB writes it
 
 
 def normalise_path_to_book(app: Sphinx, config) -> None:
@@ -200,16 +201,21 @@ def link_figures_to_their_files(app: Sphinx, pagename, templatename, context, do
     On a phone a figure shrinks to the text column (360-414 px) and its labels
     with it; a tap on the figure opens the PNG at its full size, which the
     browser lets the reader zoom. Book.css gives the link a zoom-in cursor.
+
+    The image's natural width (the style MyST-NB writes, ``width: 990px;``)
+    is repeated as ``--natural-width``, which book.css reads to keep the
+    figure's text at least 8 px on a phone.
     """
     body = context.get("body")
     if not body:
         return
 
     def link(match: re.Match) -> str:
+        image = NATURAL_WIDTH.sub(r"\g<0> --natural-width: \g<1>px;", match.group(2), count=1)
         if match.group(1):  # already a link (Sphinx links scaled images to their file)
-            return match.group(0)
+            return match.group(1) + image
         return (f'<a class="image-enlarge" href="{match.group(3)}" '
-                f'title="Open the figure at full size">{match.group(2)}</a>')
+                f'title="Open the figure at full size">{image}</a>')
 
     context["body"] = IMAGE.sub(link, body)
 
