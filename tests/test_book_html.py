@@ -409,6 +409,18 @@ FIGURE_WIDTHS = """() => [...document.querySelectorAll('article.bd-article img')
                 shadow: parseFloat(getComputedStyle(box, '::after').opacity)};
     })"""
 
+# Each picture of the book's controls (ddp_lab/widgets/js: an <svg> with a
+# width) as shown: in a box of its own (common.js's pictureBox), its width,
+# whether the box scrolls and how opaque the shadow at its edge is.
+CONTROL_PICTURES = """() => [...document.querySelectorAll('.ddp-control svg[width]')].map(svg => {
+    const box = svg.parentElement;
+    return {alt: svg.getAttribute('aria-label') || svg.getAttribute('class'),
+            boxed: box.classList.contains('ddp-picture'),
+            shown: svg.getBoundingClientRect().width, natural: parseFloat(svg.getAttribute('width')),
+            scrolls: box.scrollWidth > box.clientWidth + 1,
+            shadow: parseFloat(getComputedStyle(box, '::after').opacity)};
+})"""
+
 # The prose of the article, block by block, with the link of each run of its
 # text (a text node: [length, link]); only the blocks that name a chapter or a
 # lab, the only ones REFERENCE can match in (a page's whole prose, a link a
@@ -519,6 +531,19 @@ def reader_problems(tab, label, name) -> list[str]:
             if figure["shadow"] != (1 if figure["scrolls"] else 0):
                 problems.append(f"{label}: figure {'scrolls' if figure['scrolls'] else 'fits'} but its "
                                 f"edge's shadow has opacity {figure['shadow']}: {figure['alt']}")
+        # The controls' pictures alike, at least 0.8 of their width (controls.css).
+        if tab.locator(".ddp-control-output").count():
+            tab.wait_for_selector(".ddp-control svg[width]", timeout=15_000)
+        for picture in tab.evaluate(CONTROL_PICTURES):
+            least = min(0.8 * picture["natural"], 0.8 * COLUMN_PX)
+            if not picture["boxed"]:
+                problems.append(f"{label}: a control's picture outside a .ddp-picture box: {picture['alt']}")
+            elif picture["shown"] < least - 1:
+                problems.append(f"{label}: a control's picture shown {picture['shown']:.0f} px wide, under "
+                                f"{least:.0f} px (its width {picture['natural']:.0f} px): {picture['alt']}")
+            elif picture["shadow"] != (1 if picture["scrolls"] else 0):
+                problems.append(f"{label}: a control's picture {'scrolls' if picture['scrolls'] else 'fits'} "
+                                f"but its edge's shadow has opacity {picture['shadow']}: {picture['alt']}")
         return problems
     for block in tab.evaluate(CUT_BLOCKS):
         if block["optedOut"]:

@@ -263,3 +263,31 @@ def test_a_static_picture_is_as_wide_as_its_figure_whatever_its_text():
         png = base64.b64decode(re.search(r"base64,([^\"]+)", page).group(1))
         assert int.from_bytes(png[16:20], "big") == widths[-1] * RETINA
     assert widths == [round(5.6 * 90)] * 2, widths
+
+
+def test_the_book_ships_the_controls_as_the_package_writes_them():
+    """The JavaScript and CSS of a control travel inside the executed notebook
+    (the widget state anywidget saves: ``_esm``, ``_css``), so a change to
+    ddp_lab/widgets/js reaches the book only when the notebooks showing that
+    control run again (tools/execute_notebook.py). Every stored control must
+    carry what its class writes today."""
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    stale, seen = [], 0
+    for notebook in sorted([*root.glob("book/*/*.ipynb"), *root.glob("labs/*.ipynb")]):
+        state = json.loads(notebook.read_text()).get("metadata", {}).get("widgets", {}).get(
+            "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+        for model in state.values():
+            name = model["state"].get("_anywidget_id", "")
+            if not name.startswith("ddp_lab."):
+                continue
+            module, _, cls = name.rpartition(".")
+            control = getattr(importlib.import_module(module), cls)
+            seen += 1
+            for trait in ("_esm", "_css"):
+                if model["state"].get(trait) != getattr(control, trait):
+                    stale.append(f"{notebook.relative_to(root)}: {cls}.{trait}")
+    assert seen >= len(CONTROLS), f"found {seen} stored controls"
+    assert not stale, "run these notebooks again (tools/execute_notebook.py): " + ", ".join(stale)

@@ -122,7 +122,7 @@ function render({model, el}) {
         html("span", {class: "ddp-number", "data-name": "naive"}, "naive ", html("b", {}, formatSeconds(times.naive.total))),
         html("span", {class: "ddp-number", "data-name": "ratio"}, "naive / ring ", html("b", {}, `${formatG(ratio, 3)}×`))),
       html("div", {style: "display: flex; flex-wrap: wrap; gap: 8px 20px; align-items: flex-start"},
-           drawCurves(model), drawTerms(times)),
+           pictureBox(drawCurves(model)), pictureBox(drawTerms(times))),
       html("div", {class: "ddp-legend"}, swatch(PY.colours.ring, "ring: 2(W−1)α + 2(W−1)/W · n/β"),
            swatch(PY.colours.naive, "naive: 2(W−1)(α + n/β)"),
            swatch("#777", "latency term 2(W−1)α, the same for both", {dashed: true})));

@@ -20,6 +20,14 @@ function svg(tag, attributes = {}, ...children) {
   return fill(element, attributes, children);
 }
 
+/** A picture (an <svg> with a width) in a box of its own: on a phone
+ *  (controls.css) the picture stays at least 0.8 of its width, so that its
+ *  text stays legible, and the box scrolls sideways. */
+function pictureBox(picture) {
+  picture.style.setProperty("--natural-width", `${picture.getAttribute("width")}px`);
+  return html("div", {class: "ddp-picture"}, picture);
+}
+
 function fill(element, attributes, children) {
   for (const [name, value] of Object.entries(attributes)) {
     if (value !== undefined && value !== null) element.setAttribute(name, String(value));

@@ -193,7 +193,7 @@ function render({model, el}) {
         html("span", {class: "ddp-message"}, layout.error)));
       return;
     }
-    out.replaceChildren(html("div", {class: "ddp-title"}, layout.title), drawLayout(layout),
+    out.replaceChildren(html("div", {class: "ddp-title"}, layout.title), pictureBox(drawLayout(layout)),
                         legend(layout), table(layout));
   }
 

@@ -128,7 +128,7 @@ function render({model, el}) {
     out.replaceChildren(
       html("div", {class: "ddp-title"},
            `Ψ = ${describeParameters(psi)}, N = ${n}: p + g + K = ${p} + ${g} + ${k} bytes per parameter`),
-      drawBars(rows, cap),
+      pictureBox(drawBars(rows, cap)),
       html("div", {class: "ddp-legend"},
            STATES.map((s) => swatch(PY.state_colours[s], PY.state_labels[s])),
            swatch(PY.capacity_colour, "GPU memory", {dashed: true})),

@@ -244,11 +244,11 @@ function render({model, el}) {
         number("efficiency_serial", "efficiency, no overlap ", percent(answer.efficiency_serial)),
         number("efficiency_overlapped", "efficiency, overlap ", percent(answer.efficiency_overlapped)),
         number("tokens_to_hide", "tokens per GPU that hide the all-reduce ", count(answer.tokens_to_hide))),
-      drawStep(answer),
+      pictureBox(drawStep(answer)),
       html("div", {class: "ddp-legend"}, swatch(PY.colours.forward, "forward"),
            swatch(PY.colours.backward, "backward"), swatch(PY.colours.comm, "all-reduce, hidden"),
            swatch(PY.colours.exposed, "all-reduce the step waits for")),
-      drawCurve(args),
+      pictureBox(drawCurve(args)),
       html("div", {class: "ddp-legend"}, swatch(PY.colours.backward, "efficiency with overlap (the best case)"),
            swatch(PY.colours.exposed, "without overlap (the worst case)")));
   }
