@@ -394,32 +394,24 @@ IMAGES = """() => [...document.querySelectorAll('article.bd-article img')]
                 natural: !!img.style.width};
     })"""
 
-# Each figure image (a file in _images/) as shown: its width, its natural
-# width in CSS pixels (the style MyST-NB writes; a figure without one fails
-# test_page_reads_well on the desktop), whether its box scrolls and how opaque
-# the shadow at the box's edge is.
-FIGURE_WIDTHS = """() => [...document.querySelectorAll('article.bd-article img')]
-    .filter(img => new URL(img.src).pathname.includes('/_images/'))
-    .map(img => {
-        const box = img.closest('a');
-        return {alt: (img.getAttribute('alt') || img.getAttribute('src')).slice(0, 60),
-                shown: img.getBoundingClientRect().width,
-                natural: parseFloat(img.style.width) || 0,
-                scrolls: box.scrollWidth > box.clientWidth + 1,
-                shadow: parseFloat(getComputedStyle(box, '::after').opacity)};
-    })"""
-
-# Each picture of the book's controls (ddp_lab/widgets/js: an <svg> with a
-# width) as shown: in a box of its own (common.js's pictureBox), its width,
-# whether the box scrolls and how opaque the shadow at its edge is.
-CONTROL_PICTURES = """() => [...document.querySelectorAll('.ddp-control svg[width]')].map(svg => {
-    const box = svg.parentElement;
-    return {alt: svg.getAttribute('aria-label') || svg.getAttribute('class'),
-            boxed: box.classList.contains('ddp-picture'),
-            shown: svg.getBoundingClientRect().width, natural: parseFloat(svg.getAttribute('width')),
-            scrolls: box.scrollWidth > box.clientWidth + 1,
-            shadow: parseFloat(getComputedStyle(box, '::after').opacity)};
-})"""
+# Each wide picture as shown (ddp_lab/widgets/js/wide_pictures.css): a figure
+# image (a file in _images/, in its link) or the picture of one of the book's
+# controls (an <svg> with a width, in common.js's pictureBox): whether it is
+# in its box, its width shown and natural (the style MyST-NB writes, the
+# svg's width; a figure without one fails on the desktop), whether the box
+# scrolls and how opaque the shadow at the box's edge is.
+WIDE_PICTURES = """() => [
+    ...[...document.querySelectorAll('article.bd-article img')]
+        .filter(img => new URL(img.src).pathname.includes('/_images/'))
+        .map(img => ({picture: img, box: img.closest('a'), natural: parseFloat(img.style.width) || 0,
+                      alt: img.getAttribute('alt') || img.getAttribute('src')})),
+    ...[...document.querySelectorAll('.ddp-control svg[width]')]
+        .map(svg => ({picture: svg, box: svg.parentElement.closest('.ddp-picture'),
+                      natural: parseFloat(svg.getAttribute('width')), alt: svg.getAttribute('aria-label') || ''})),
+].map(({picture, box, natural, alt}) => ({
+    alt: alt.slice(0, 60), boxed: !!box, natural, shown: picture.getBoundingClientRect().width,
+    scrolls: !!box && box.scrollWidth > box.clientWidth + 1,
+    shadow: box ? parseFloat(getComputedStyle(box, '::after').opacity) : null}))"""
 
 # The prose of the article, block by block, with the link of each run of its
 # text (a text node: [length, link]); only the blocks that name a chapter or a
@@ -521,29 +513,21 @@ def reader_problems(tab, label, name) -> list[str]:
                         + "; ".join(wide["culprits"]))
     problems += [f"{label}: clipped, not scrolled: {clip}" for clip in tab.evaluate(CLIPPED)]
     if label != "desktop":
-        # A figure's text stays >= PHONE_MIN_TEXT_PX (book.css): it is shown at least
-        # that fraction of the width at which its text is MIN_TEXT_PX, and scrolls.
-        for figure in tab.evaluate(FIGURE_WIDTHS):
-            least = min(figure["natural"], COLUMN_PX) * PHONE_MIN_TEXT_PX / MIN_TEXT_PX
-            if figure["shown"] < least - 1:
-                problems.append(f"{label}: figure shown {figure['shown']:.0f} px wide, under "
-                                f"{least:.0f} px (its natural width {figure['natural']:.0f} px): {figure['alt']}")
-            if figure["shadow"] != (1 if figure["scrolls"] else 0):
-                problems.append(f"{label}: figure {'scrolls' if figure['scrolls'] else 'fits'} but its "
-                                f"edge's shadow has opacity {figure['shadow']}: {figure['alt']}")
-        # The controls' pictures alike, at least 0.8 of their width (controls.css).
+        # A picture's text stays >= PHONE_MIN_TEXT_PX (wide_pictures.css): it is shown at least
+        # that fraction of the width at which its text is MIN_TEXT_PX, and its box scrolls.
         if tab.locator(".ddp-control-output").count():
-            tab.wait_for_selector(".ddp-control svg[width]", timeout=15_000)
-        for picture in tab.evaluate(CONTROL_PICTURES):
-            least = min(0.8 * picture["natural"], 0.8 * COLUMN_PX)
+            tab.wait_for_selector(".ddp-control svg[width]", timeout=15_000)  # drawn by the controls' script
+        for picture in tab.evaluate(WIDE_PICTURES):
+            least = min(picture["natural"], COLUMN_PX) * PHONE_MIN_TEXT_PX / MIN_TEXT_PX
+            where = f"{label}: picture {picture['alt']!r}"
             if not picture["boxed"]:
-                problems.append(f"{label}: a control's picture outside a .ddp-picture box: {picture['alt']}")
+                problems.append(f"{where} is not in a box of its own (a link, a .ddp-picture)")
             elif picture["shown"] < least - 1:
-                problems.append(f"{label}: a control's picture shown {picture['shown']:.0f} px wide, under "
-                                f"{least:.0f} px (its width {picture['natural']:.0f} px): {picture['alt']}")
+                problems.append(f"{where} shown {picture['shown']:.0f} px wide, under {least:.0f} px "
+                                f"(its natural width {picture['natural']:.0f} px)")
             elif picture["shadow"] != (1 if picture["scrolls"] else 0):
-                problems.append(f"{label}: a control's picture {'scrolls' if picture['scrolls'] else 'fits'} "
-                                f"but its edge's shadow has opacity {picture['shadow']}: {picture['alt']}")
+                problems.append(f"{where} {'scrolls' if picture['scrolls'] else 'fits'} but the shadow at "
+                                f"its box's edge has opacity {picture['shadow']}")
         return problems
     for block in tab.evaluate(CUT_BLOCKS):
         if block["optedOut"]:

@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE_MODULES = REPO_ROOT / "node_modules"
+WIDE_PICTURES = REPO_ROOT / "ddp_lab" / "widgets" / "js" / "wide_pictures.css"  # _config.yml loads it
 
 # What the pages load, as globs under node_modules/ (copied to _static/npm/).
 NPM_FILES = [
@@ -131,7 +132,8 @@ def ensure_node_modules(app: Sphinx) -> None:
 
 
 def copy_static_files(app: Sphinx, exception: Exception | None) -> None:
-    """Copy the npm files, and the book's own html_static_path.
+    """Copy the npm files, the book's own html_static_path, and
+    ddp_lab/widgets/js/wide_pictures.css, which the controls share.
 
     Sphinx copies html_static_path only when it rewrites some page, so an edit
     of book/_static/*.js or *.css alone would not reach _build/html.
@@ -142,6 +144,8 @@ def copy_static_files(app: Sphinx, exception: Exception | None) -> None:
     for entry in app.config.html_static_path:
         if not Path(entry).is_absolute():  # ours; extensions add absolute paths
             shutil.copytree(Path(app.confdir) / entry, static, dirs_exist_ok=True)
+    # the wide pictures' phone rule, one file for the figures and the controls
+    shutil.copy2(WIDE_PICTURES, static / WIDE_PICTURES.name)
     for pattern in NPM_FILES:
         matches = sorted(NODE_MODULES.glob(pattern))
         if not matches:
@@ -203,8 +207,9 @@ def link_figures_to_their_files(app: Sphinx, pagename, templatename, context, do
     browser lets the reader zoom. Book.css gives the link a zoom-in cursor.
 
     The image's natural width (the style MyST-NB writes, ``width: 990px;``)
-    is repeated as ``--natural-width``, which book.css reads to keep the
-    figure's text at least 8 px on a phone.
+    is repeated as ``--natural-width``, which
+    ``ddp_lab/widgets/js/wide_pictures.css`` reads to keep the figure's text
+    at least 8 px on a phone.
     """
     body = context.get("body")
     if not body:

@@ -36,7 +36,7 @@ On a 390 px phone the column is 358 px, where text of 10 px in the desktop
 column would shrink to 4.9 px; so there the book shows a figure at least 0.8
 as wide as on the desktop (580 px at most), its text then at least
 :data:`PHONE_MIN_TEXT_PX`, and one wider than the column scrolls sideways in
-its own box (``book/_static/book.css``; ``tests/test_book_html.py``
+its own box (``ddp_lab/widgets/js/wide_pictures.css``; ``tests/test_book_html.py``
 measures it on every page).
 Figures are drawn on white (``savefig``'s default face colour, never a
 transparent background), so they stay legible in the book's dark mode.
@@ -47,7 +47,7 @@ from __future__ import annotations
 COLUMN_PX = 725     # the book's text column on a desktop (757 px, less its padding)
 PHONE_COLUMN_PX = 358  # the same column on a 390 px phone
 MIN_TEXT_PX = 10    # the smallest text a figure may show, at the size it is shown
-PHONE_MIN_TEXT_PX = 8  # ... on a phone, where book.css shows a figure at least 0.8 as wide as in the column
+PHONE_MIN_TEXT_PX = 8  # ... on a phone, where wide_pictures.css shows a figure at least 0.8 as wide as in the column
 RETINA = 2          # device pixels per CSS pixel the pictures are drawn for
 
 __all__ = ["COLUMN_PX", "PHONE_COLUMN_PX", "MIN_TEXT_PX", "PHONE_MIN_TEXT_PX", "RETINA", "use_retina", "shown_text_px",

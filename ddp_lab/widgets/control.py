@@ -144,7 +144,7 @@ class Control(anywidget.AnyWidget):
     implements :meth:`static_html`, the picture of its current state.
     """
 
-    _css = palette_css() + _read("controls.css")
+    _css = palette_css() + _read("controls.css") + _read("wide_pictures.css")
 
     def static_html(self) -> str:  # pragma: no cover - every control defines it
         raise NotImplementedError
