@@ -413,6 +413,13 @@ WIDE_PICTURES = """() => [
     scrolls: !!box && box.scrollWidth > box.clientWidth + 1,
     shadow: box ? parseFloat(getComputedStyle(box, '::after').opacity) : null}))"""
 
+# Animation players wider than the cell's output, whose box then scrolls them.
+WIDE_PLAYERS = """() => [...document.querySelectorAll('article.bd-article .animation')]
+    .filter(player => player.getBoundingClientRect().width
+                      > player.closest('.cell_output').getBoundingClientRect().width + 1)
+    .map(player => `${Math.round(player.getBoundingClientRect().width)} px: `
+                   + (player.querySelector('img').getAttribute('alt') || '').slice(0, 60))"""
+
 # The prose of the article, block by block, with the link of each run of its
 # text (a text node: [length, link]); only the blocks that name a chapter or a
 # lab, the only ones REFERENCE can match in (a page's whole prose, a link a
@@ -517,6 +524,8 @@ def reader_problems(tab, label, name) -> list[str]:
         # that fraction of the width at which its text is MIN_TEXT_PX, and its box scrolls.
         if tab.locator(".ddp-control-output").count():
             tab.wait_for_selector(".ddp-control svg[width]", timeout=15_000)  # drawn by the controls' script
+        problems += [f"{label}: an animation player wider than its column, {player}"
+                     for player in tab.evaluate(WIDE_PLAYERS)]
         for picture in tab.evaluate(WIDE_PICTURES):
             least = min(picture["natural"], COLUMN_PX) * PHONE_MIN_TEXT_PX / MIN_TEXT_PX
             where = f"{label}: picture {picture['alt']!r}"
