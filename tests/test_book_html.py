@@ -19,8 +19,13 @@ moved one by one and must show Python's answer for each new setting
   draws at the edge that hides more text); SCROLLING_CELLS lists them all;
 * every image of the article has an alt text that describes it (not a file
   path), and every figure image (a file the build wrote to _images/) sits in a
-  ``figure`` with a ``figcaption`` and links to its file, so that a tap opens
-  it at full size (book/_ext/book_html.py);
+  ``figure`` with a ``figcaption``, links to its file, so that a tap opens
+  it at full size (book/_ext/book_html.py), and carries its natural width
+  (drawn at 2x by ddp_lab.draw);
+* on the phone, every figure and every picture of a control keeps its text
+  at least 8 px, scrolling in its own box, whose edge shadow shows only
+  while there is more (ddp_lab/widgets/js/wide_pictures.css); animation
+  players fit the column;
 * every "Chapter 8", "Chapters 6, 8 and 12" or "Lab 5" in the prose (``p`` and
   ``li``, not code, not headings) is a link to that page, the number inside
   the link; a page may name itself unlinked;
@@ -520,24 +525,7 @@ def reader_problems(tab, label, name) -> list[str]:
                         + "; ".join(wide["culprits"]))
     problems += [f"{label}: clipped, not scrolled: {clip}" for clip in tab.evaluate(CLIPPED)]
     if label != "desktop":
-        # A picture's text stays >= PHONE_MIN_TEXT_PX (wide_pictures.css): it is shown at least
-        # that fraction of the width at which its text is MIN_TEXT_PX, and its box scrolls.
-        if tab.locator(".ddp-control-output").count():
-            tab.wait_for_selector(".ddp-control svg[width]", timeout=15_000)  # drawn by the controls' script
-        problems += [f"{label}: an animation player wider than its column, {player}"
-                     for player in tab.evaluate(WIDE_PLAYERS)]
-        for picture in tab.evaluate(WIDE_PICTURES):
-            least = min(picture["natural"], COLUMN_PX) * PHONE_MIN_TEXT_PX / MIN_TEXT_PX
-            where = f"{label}: picture {picture['alt']!r}"
-            if not picture["boxed"]:
-                problems.append(f"{where} is not in a box of its own (a link, a .ddp-picture)")
-            elif picture["shown"] < least - 1:
-                problems.append(f"{where} shown {picture['shown']:.0f} px wide, under {least:.0f} px "
-                                f"(its natural width {picture['natural']:.0f} px)")
-            elif picture["shadow"] != (1 if picture["scrolls"] else 0):
-                problems.append(f"{where} {'scrolls' if picture['scrolls'] else 'fits'} but the shadow at "
-                                f"its box's edge has opacity {picture['shadow']}")
-        return problems
+        return problems + phone_problems(tab, label)
     for block in tab.evaluate(CUT_BLOCKS):
         if block["optedOut"]:
             continue
@@ -569,6 +557,30 @@ def reader_problems(tab, label, name) -> list[str]:
             problems.append(f"loads the theme's Font Awesome script ({script}), which no icon needs")
         if script.endswith("/embed-amd.js") and not loaded["views"]:
             problems.append(f"loads the widget manager ({script}) but shows no widget")
+    return problems
+
+
+def phone_problems(tab, label) -> list[str]:
+    """What only a phone shows: animation players wider than the column, and
+    pictures shrunk below the width that keeps their text at least
+    PHONE_MIN_TEXT_PX (wide_pictures.css), or whose box's shadow says the
+    wrong thing about scrolling."""
+    if tab.locator(".ddp-control-output").count():
+        tab.wait_for_selector(".ddp-control svg[width]", timeout=15_000)  # drawn by the controls' script
+    problems = [f"{label}: an animation player wider than its column, {player}"
+                for player in tab.evaluate(WIDE_PLAYERS)]
+    for picture in tab.evaluate(WIDE_PICTURES):
+        # at least PHONE_MIN_TEXT_PX / MIN_TEXT_PX of the width at which its text is MIN_TEXT_PX
+        least = min(picture["natural"], COLUMN_PX) * PHONE_MIN_TEXT_PX / MIN_TEXT_PX
+        where = f"{label}: picture {picture['alt']!r}"
+        if not picture["boxed"]:
+            problems.append(f"{where} is not in a box of its own (a link, a .ddp-picture)")
+        elif picture["shown"] < least - 1:
+            problems.append(f"{where} shown {picture['shown']:.0f} px wide, under {least:.0f} px "
+                            f"(its natural width {picture['natural']:.0f} px)")
+        elif picture["shadow"] != (1 if picture["scrolls"] else 0):
+            problems.append(f"{where} {'scrolls' if picture['scrolls'] else 'fits'} but the shadow at "
+                            f"its box's edge has opacity {picture['shadow']}")
     return problems
 
 
