@@ -21,7 +21,9 @@ its pages also log errors in the browser console.  This extension:
   script would swap ``<i class="fa ...">`` icons for ``<svg>`` elements,
   breaking the Play button of ipywidgets (see ``drop_font_awesome_script``);
 * links each figure image to its file, so that a reader on a phone, where a
-  figure shrinks to the text column, can open it at full size with a tap
+  figure is shown smaller than on a desktop, can open it at full size with a
+  tap, and gives that link the figure's natural width for the phone's rule
+  of ``ddp_lab/widgets/js/wide_pictures.css``, which it copies to _static/
   (``link_figures_to_their_files``);
 * gives the frame of every matplotlib animation player an alt text where
   it has none (``Animation.to_jshtml()`` writes ``<img id="_anim_img...">``
@@ -202,9 +204,10 @@ def link_figures_to_their_files(app: Sphinx, pagename, templatename, context, do
     """Wrap each image of the page's body that the build copied to _images/
     in a link to that file, unless it is in a link already.
 
-    On a phone a figure shrinks to the text column (360-414 px) and its labels
-    with it; a tap on the figure opens the PNG at its full size, which the
-    browser lets the reader zoom. Book.css gives the link a zoom-in cursor.
+    On a phone (360-414 px) a figure is shown smaller than on a desktop,
+    and its labels with it; a tap on the figure opens the PNG at its full
+    size, which the browser lets the reader zoom. Book.css gives the link a
+    zoom-in cursor.
 
     The image's natural width (the style MyST-NB writes, ``width: 990px;``)
     is repeated as ``--natural-width``, which
