@@ -1,5 +1,6 @@
 """Build the book, then open every page of it in headless Chromium with no
-network, as a reader does: on a desktop (1366x900) and on a phone (390x844).
+network, as a reader does: on a desktop (1366x900) and on a phone (360x800,
+the narrowest of the 360-414 px phones the book is read on).
 
 ``test_page_in_browser[page]``: the browser console stays clean, nothing is
 fetched from outside 127.0.0.1, no Python traceback is shown (except in cells
@@ -25,7 +26,7 @@ moved one by one and must show Python's answer for each new setting
 * on the phone, every figure and every picture of a control keeps its text
   at least 8 px, scrolling in its own box, whose edge shadow shows only
   while there is more (ddp_lab/widgets/js/wide_pictures.css); animation
-  players fit the column;
+  players fit the column, their buttons on one line;
 * every "Chapter 8", "Chapters 6, 8 and 12" or "Lab 5" in the prose (``p`` and
   ``li``, not code, not headings) is a link to that page, the number inside
   the link; a page may name itself unlinked;
@@ -67,7 +68,7 @@ from ddp_lab.draw import COLUMN_PX, MIN_TEXT_PX, PHONE_MIN_TEXT_PX
 ROOT = Path(__file__).resolve().parents[1]
 EXECUTED = BUILD / "jupyter_execute"  # the notebooks as executed by the build
 # The phone first: the desktop's visit ends with clicks that change the page.
-WIDTHS = {"phone": {"width": 390, "height": 844}, "desktop": {"width": 1366, "height": 900}}
+WIDTHS = {"phone": {"width": 360, "height": 800}, "desktop": {"width": 1366, "height": 900}}
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
@@ -418,12 +419,16 @@ WIDE_PICTURES = """() => [
     scrolls: !!box && box.scrollWidth > box.clientWidth + 1,
     shadow: box ? parseFloat(getComputedStyle(box, '::after').opacity) : null}))"""
 
-# Animation players wider than the cell's output, whose box then scrolls them.
+# Animation players that do not fit their column: wider than the cell's output,
+# whose box then scrolls them, or with their buttons broken onto two lines.
 WIDE_PLAYERS = """() => [...document.querySelectorAll('article.bd-article .animation')]
-    .filter(player => player.getBoundingClientRect().width
-                      > player.closest('.cell_output').getBoundingClientRect().width + 1)
-    .map(player => `${Math.round(player.getBoundingClientRect().width)} px: `
-                   + (player.querySelector('img').getAttribute('alt') || '').slice(0, 60))"""
+    .map(player => ({player, width: player.getBoundingClientRect().width,
+                     rows: new Set([...player.querySelectorAll('.anim-buttons button')]
+                                   .map(button => Math.round(button.getBoundingClientRect().top))).size}))
+    .filter(({player, width, rows}) => rows > 1
+            || width > player.closest('.cell_output').getBoundingClientRect().width + 1)
+    .map(({player, width, rows}) => `${Math.round(width)} px, buttons on ${rows} line(s): `
+                                    + (player.querySelector('img').getAttribute('alt') || '').slice(0, 60))"""
 
 # The prose of the article, block by block, with the link of each run of its
 # text (a text node: [length, link]); only the blocks that name a chapter or a
@@ -567,7 +572,7 @@ def phone_problems(tab, label) -> list[str]:
     wrong thing about scrolling."""
     if tab.locator(".ddp-control-output").count():
         tab.wait_for_selector(".ddp-control svg[width]", timeout=15_000)  # drawn by the controls' script
-    problems = [f"{label}: an animation player wider than its column, {player}"
+    problems = [f"{label}: an animation player that does not fit its column ({player})"
                 for player in tab.evaluate(WIDE_PLAYERS)]
     for picture in tab.evaluate(WIDE_PICTURES):
         # at least PHONE_MIN_TEXT_PX / MIN_TEXT_PX of the width at which its text is MIN_TEXT_PX
