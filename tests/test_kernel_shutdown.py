@@ -8,11 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from nbval.kernel import CURRENT_ENV_KERNEL_NAME
+from plumbing.nbval_unix_sockets import KernelOnUnixSockets
 from plumbing.unix_socket_kernels import start_new_kernel  # tests/plumbing/: no TCP port race
 
 from ddp_lab.host import process_running
@@ -96,13 +99,13 @@ def kernel(tmp_path):
 @pytest.mark.parametrize("cell", [
     "ddp_lab.launch(one, 4)",
     # The shutdown arrives while both ranks of a launch are still running.
-    "folder = tempfile.mkdtemp()\n"
+    "folder = tempfile.mkdtemp(dir=TMP_PATH)\n"
     "threading.Thread(target=ddp_lab.launch, args=(slow, 2), kwargs={'args': (folder,)}, daemon=True).start()\n"
     "while len(os.listdir(folder)) < 2:\n    time.sleep(0.02)",
 ], ids=["after-a-launch", "launch-in-flight"])
-def test_the_kernel_shuts_down_promptly_and_leaves_no_process(kernel, cell):
+def test_the_kernel_shuts_down_promptly_and_leaves_no_process(kernel, cell, tmp_path):
     manager, client = kernel
-    run_in_kernel(client, cell)
+    run_in_kernel(client, cell.replace("TMP_PATH", repr(str(tmp_path))))
     helpers = json.loads(run_in_kernel(client, HELPER_PIDS))
     started = descendants(manager.provisioner.process.pid)
     assert set(helpers) <= set(started)
@@ -149,3 +152,22 @@ def test_python_exiting_mid_launch_stops_the_ranks(tmp_path):
     pids = json.loads(done.stdout.splitlines()[-1])
     assert len(pids) == 2
     assert wait_until_gone(pids) == []
+
+
+def test_nbval_asks_each_notebooks_kernel_to_stop_and_nothing_stays_in_the_temporary_folder(monkeypatch):
+    # nbval's own stop kills the kernel: the pymp-* folder of the forkserver's socket stayed
+    # behind, one per notebook and run (2,340 of them in /tmp after a day of runs).
+    # The kernel's temporary folder, for it alone: a short path, as the socket's must be
+    # under 108 bytes (AF_UNIX), which a folder under tmp_path can exceed.
+    with tempfile.TemporaryDirectory(prefix="nbval-") as folder:
+        monkeypatch.setenv("TMPDIR", folder)
+        kernel = KernelOnUnixSockets(CURRENT_ENV_KERNEL_NAME)
+        pid = kernel.km.provisioner.process.pid
+        try:
+            run_in_kernel(kernel.kc, "import ddp_lab\ndef one():\n    return 1\nprint(ddp_lab.launch(one, 2))")
+            assert any(name.startswith("pymp-") for name in os.listdir(folder))  # the forkserver's, while it runs
+        finally:
+            kernel.stop()
+        assert wait_until_gone([pid]) == []
+        # torchinductor_<user>: torch's compile cache, kept across runs by design
+        assert sorted(name for name in os.listdir(folder) if not name.startswith("torchinductor_")) == []
