@@ -2,7 +2,9 @@
 
 import datetime
 import os
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -303,6 +305,18 @@ def test_run_lab_script_reports_where_a_hang_waits():
         run_lab_script("uneven_shards", world_size=1)
     with pytest.raises(ValueError, match="no such file"):
         run_lab_script("not_a_script.py")
+
+
+def test_what_a_hung_script_writes_in_the_temporary_folder_goes_with_the_run():
+    # lab5b_checkpoint_order.py saves a checkpoint in the temporary folder and hangs before
+    # it deletes it: the checker runs it in a temporary folder of the run's own.
+    def checkpoints():
+        return set(Path(tempfile.gettempdir()).glob("lab5b_checkpoint_*.pt"))
+
+    before = checkpoints()
+    run = run_lab_script("checkpoint_order", timeout=4)
+    assert "rank 0: waiting in barrier()" in str(run)  # past torch.save, in save_checkpoint's barrier
+    assert checkpoints() - before == set()
 
 
 def test_a_rank_paused_in_one_step_is_not_a_straggler():

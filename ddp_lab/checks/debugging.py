@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import runpy
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -161,7 +162,10 @@ def run_lab_script(script, *, world_size: int = 4, args=(), timeout: float = 30.
 
     The script's ``main(argv)`` must return the model (or its DDP wrapper).
     A script that hangs is stopped after ``timeout`` seconds; the ScriptRun
-    then holds the launcher's report of where each rank waited.
+    then holds the launcher's report of where each rank waited. What the
+    script writes in the temporary folder (``lab5b_checkpoint_order.py``'s
+    checkpoint, which a hung run never deletes) goes into a folder of the
+    run's own, removed when it ends.
     """
     from ddp_lab.launcher import launch
 
@@ -170,8 +174,9 @@ def run_lab_script(script, *, world_size: int = 4, args=(), timeout: float = 30.
         raise ValueError(f"world_size must be an int from 2 to 8, got {world_size!r}")
     run = ScriptRun(path.name)
     try:
-        results = launch(_run_in_rank, world_size, args=(str(path), [str(a) for a in args]),
-                         init_process_group=False, timeout=timeout)
+        with tempfile.TemporaryDirectory(prefix="ddp_lab_lab5b_") as scratch:
+            results = launch(_run_in_rank, world_size, args=(str(path), [str(a) for a in args], scratch),
+                             init_process_group=False, timeout=timeout)
     except LaunchError as error:
         run.error = error
         return run
@@ -206,14 +211,16 @@ def _timed_collectives(timer):
             setattr(dist, name, function)
 
 
-def _run_in_rank(path: str, argv: list[str]):
-    """In each rank: run the script's main(), then compare the replicas and gather the times."""
+def _run_in_rank(path: str, argv: list[str], scratch: str):
+    """In each rank: run the script's main(), with ``scratch`` as its temporary
+    folder, then compare the replicas and gather the times."""
     import torch
     import torch.distributed as dist
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from ddp_lab.debugging import WaitComputeTimer, compare_replicas
 
+    tempfile.tempdir = scratch  # what tempfile.gettempdir() answers in this rank
     namespace = runpy.run_path(path, run_name="lab5b_script")
     if "main" not in namespace:
         raise ValueError(f"{Path(path).name} has no main() function: keep main(argv) returning the model")
