@@ -49,6 +49,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -260,11 +261,16 @@ def test_chapter_passes_nbval_on_colabs_packages(installed, chapter, tmp_path):
     shutil.copy(ROOT / "tests" / "nbval_sanitize.cfg", tmp_path)
     with open(tmp_path / "nbval_sanitize.cfg", "a") as rules:
         rules.write(OLDER_TORCH_RULES)
-    env = index_env()
-    run = subprocess.run([installed["python"], "-m", "pytest", "-p", "no:cacheprovider", "--nbval",
-                          "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg",
-                          "--nbval-cell-timeout", "300", "-q", "-rf", "--tb=short", Path(chapter).name],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    # A temporary folder of the run's own, removed after it: nbval kills the kernel at the
+    # end, and a killed kernel leaves its forkserver's pymp-* folder behind (the book's own
+    # nbval asks its kernels to stop: tests/plumbing/nbval_unix_sockets.py). A short path,
+    # as the forkserver's socket must be under 108 bytes (AF_UNIX).
+    with tempfile.TemporaryDirectory(prefix="colab-") as scratch:
+        run = subprocess.run([installed["python"], "-m", "pytest", "-p", "no:cacheprovider", "--nbval",
+                              "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg",
+                              "--nbval-cell-timeout", "300", "-q", "-rf", "--tb=short", Path(chapter).name],
+                             cwd=tmp_path, env={**index_env(), "TMPDIR": scratch}, capture_output=True, text=True,
+                             timeout=900)
     code_cells = sum(cell["cell_type"] == "code" for cell in json.loads((ROOT / chapter).read_text())["cells"])
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
     assert f"{code_cells} passed" in run.stdout, run.stdout[-2000:]
