@@ -1,5 +1,6 @@
 """ddp_lab.cluster.torchrun: command lines, reading a run's output, and never leaving a process behind."""
 
+import os
 import subprocess
 import sys
 import time
@@ -92,9 +93,12 @@ def test_an_agent_and_its_workers_die_with_a_killed_notebook(tmp_path):
     # from Linux (its parent-death signal) and stops its workers.
     script = tmp_path / "sleeper.py"
     script.write_text("import time\nprint('[rank] up', flush=True)\ntime.sleep(120)\n")
+    # Killed outright, the notebook cannot remove its run's temporary folder (ddp_lab_torchrun_*,
+    # with torchrun's log folder in it): its temporary folder is one under tmp_path.
     notebook = subprocess.Popen([sys.executable, "-c", (
         "from ddp_lab.cluster.torchrun import run_torchrun\n"
-        f"run_torchrun({str(script)!r}, nproc_per_node=2, timeout=120)\n")])
+        f"run_torchrun({str(script)!r}, nproc_per_node=2, timeout=120)\n")],
+        env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         deadline = time.monotonic() + 60
         while len(_running(script)) < 3 and time.monotonic() < deadline:  # the agent and two workers
