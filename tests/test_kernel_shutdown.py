@@ -11,11 +11,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
 from nbval.kernel import CURRENT_ENV_KERNEL_NAME
-from plumbing.nbval_unix_sockets import KernelOnUnixSockets
+from plumbing.nbval_unix_sockets import KernelOnUnixSockets, NotebookOnUnixSockets
 from plumbing.unix_socket_kernels import start_new_kernel  # tests/plumbing/: no TCP port race
 
 from ddp_lab.host import process_running
@@ -171,3 +172,21 @@ def test_nbval_asks_each_notebooks_kernel_to_stop_and_nothing_stays_in_the_tempo
         assert wait_until_gone([pid]) == []
         # torchinductor_<user>: torch's compile cache, kept across runs by design
         assert sorted(name for name in os.listdir(folder) if not name.startswith("torchinductor_")) == []
+
+
+def test_nbval_stops_each_notebooks_kernel_through_its_stop_method():
+    # The test above calls KernelOnUnixSockets.stop itself; the suite relies on nbval's
+    # teardown calling it (nbval 0.11: IPyNbFile.teardown, `self.kernel.stop()`). Were nbval
+    # to stop its kernels some other way, the pymp-* folders would come back unnoticed.
+    calls = []
+
+    class Kernel:
+        def is_alive(self):
+            return not calls
+
+        def stop(self):
+            calls.append("stop")
+
+    notebook = SimpleNamespace(kernel=Kernel(), parent=SimpleNamespace(config=SimpleNamespace(option=SimpleNamespace())))
+    NotebookOnUnixSockets.teardown(notebook)
+    assert calls == ["stop"]
