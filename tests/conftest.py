@@ -1,10 +1,10 @@
-"""Shared fixtures: every test leaves no rank process behind; the browser tests
-save screenshots where ``--screenshots`` asks for them.
-
-(The float kernels are pinned for every test and notebook by the conftest.py
-at the repository root.)
+"""Shared fixtures: every test leaves no rank process behind; a test that runs
+ranks in a temporary folder of its own gets one with a short path; the browser
+tests save screenshots where ``--screenshots`` asks for them.
 """
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,22 @@ def no_rank_outlives_a_test():
     yield
     left = wait_until_no_ranks()
     assert not left, f"rank processes left running: {left}"
+
+
+@pytest.fixture
+def short_temp():
+    """A temporary folder with a short path, removed afterwards: a test gives it
+    as ``TMPDIR`` to a process that launches ranks, then looks into it.
+
+    The ranks' forkserver puts its Unix socket in ``$TMPDIR/pymp-*/``, and a
+    socket's path may be at most 107 bytes (``sun_path``): under pytest's
+    ``tmp_path`` (``/tmp/pytest-of-root/pytest-115/popen-gw1/<test name>0/``)
+    it is longer once the session counter grows, and the launch fails with
+    ``OSError: AF_UNIX path too long``.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="short-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

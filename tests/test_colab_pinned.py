@@ -49,7 +49,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -255,7 +254,7 @@ OLDER_TORCH_RULES = (ROOT / "tests" / "nbval_older_torch.cfg").read_text()
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[Path(chapter).stem for chapter in CHAPTERS])
-def test_chapter_passes_nbval_on_colabs_packages(installed, chapter, tmp_path):
+def test_chapter_passes_nbval_on_colabs_packages(installed, chapter, tmp_path, short_temp):
     assert installed["after"], "ddp-lab was not installed (see the test above)"
     shutil.copy(ROOT / chapter, tmp_path)
     shutil.copy(ROOT / "tests" / "nbval_sanitize.cfg", tmp_path)
@@ -263,14 +262,12 @@ def test_chapter_passes_nbval_on_colabs_packages(installed, chapter, tmp_path):
         rules.write(OLDER_TORCH_RULES)
     # A temporary folder of the run's own, removed after it: nbval kills the kernel at the
     # end, and a killed kernel leaves its forkserver's pymp-* folder behind (the book's own
-    # nbval asks its kernels to stop: tests/plumbing/nbval_unix_sockets.py). A short path,
-    # as the forkserver's socket must be under 108 bytes (AF_UNIX).
-    with tempfile.TemporaryDirectory(prefix="colab-") as scratch:
-        run = subprocess.run([installed["python"], "-m", "pytest", "-p", "no:cacheprovider", "--nbval",
-                              "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg",
-                              "--nbval-cell-timeout", "300", "-q", "-rf", "--tb=short", Path(chapter).name],
-                             cwd=tmp_path, env={**index_env(), "TMPDIR": scratch}, capture_output=True, text=True,
-                             timeout=900)
+    # nbval asks its kernels to stop: tests/plumbing/nbval_unix_sockets.py).
+    run = subprocess.run([installed["python"], "-m", "pytest", "-p", "no:cacheprovider", "--nbval",
+                          "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg",
+                          "--nbval-cell-timeout", "300", "-q", "-rf", "--tb=short", Path(chapter).name],
+                         cwd=tmp_path, env={**index_env(), "TMPDIR": str(short_temp)}, capture_output=True,
+                         text=True, timeout=900)
     code_cells = sum(cell["cell_type"] == "code" for cell in json.loads((ROOT / chapter).read_text())["cells"])
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
     assert f"{code_cells} passed" in run.stdout, run.stdout[-2000:]

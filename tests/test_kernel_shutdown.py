@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -155,23 +154,20 @@ def test_python_exiting_mid_launch_stops_the_ranks(tmp_path):
     assert wait_until_gone(pids) == []
 
 
-def test_nbval_asks_each_notebooks_kernel_to_stop_and_nothing_stays_in_the_temporary_folder(monkeypatch):
+def test_nbval_asks_each_notebooks_kernel_to_stop_and_nothing_stays_in_the_temporary_folder(monkeypatch, short_temp):
     # nbval's own stop kills the kernel: the pymp-* folder of the forkserver's socket stayed
     # behind, one per notebook and run (2,340 of them in /tmp after a day of runs).
-    # The kernel's temporary folder, for it alone: a short path, as the socket's must be
-    # under 108 bytes (AF_UNIX), which a folder under tmp_path can exceed.
-    with tempfile.TemporaryDirectory(prefix="nbval-") as folder:
-        monkeypatch.setenv("TMPDIR", folder)
-        kernel = KernelOnUnixSockets(CURRENT_ENV_KERNEL_NAME)
-        pid = kernel.km.provisioner.process.pid
-        try:
-            run_in_kernel(kernel.kc, "import ddp_lab\ndef one():\n    return 1\nprint(ddp_lab.launch(one, 2))")
-            assert any(name.startswith("pymp-") for name in os.listdir(folder))  # the forkserver's, while it runs
-        finally:
-            kernel.stop()
-        assert wait_until_gone([pid]) == []
-        # torchinductor_<user>: torch's compile cache, kept across runs by design
-        assert sorted(name for name in os.listdir(folder) if not name.startswith("torchinductor_")) == []
+    monkeypatch.setenv("TMPDIR", str(short_temp))  # the kernel's temporary folder, for it alone
+    kernel = KernelOnUnixSockets(CURRENT_ENV_KERNEL_NAME)
+    pid = kernel.km.provisioner.process.pid
+    try:
+        run_in_kernel(kernel.kc, "import ddp_lab\ndef one():\n    return 1\nprint(ddp_lab.launch(one, 2))")
+        assert any(name.startswith("pymp-") for name in os.listdir(short_temp))  # the forkserver's, while it runs
+    finally:
+        kernel.stop()
+    assert wait_until_gone([pid]) == []
+    # torchinductor_<user>: torch's compile cache, kept across runs by design
+    assert sorted(name for name in os.listdir(short_temp) if not name.startswith("torchinductor_")) == []
 
 
 def test_nbval_stops_each_notebooks_kernel_through_its_stop_method():

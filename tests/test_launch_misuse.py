@@ -8,10 +8,8 @@ says what the package is and which commands the book runs.
 
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -49,21 +47,6 @@ if __name__ == "__main__":
 """
 
 GUARD = '`if __name__ == "__main__":` guard'
-
-
-@pytest.fixture
-def short_temp():
-    """A temporary folder with a short path, removed afterwards.
-
-    The ranks' forkserver puts its Unix socket in ``$TMPDIR/pymp-*/``, and a
-    socket's path may be at most 107 bytes (``sun_path``): under pytest's
-    ``tmp_path`` (``/tmp/pytest-of-root/pytest-115/popen-gw1/<test name>0/``)
-    it is longer once the session counter grows, and the launch fails with
-    ``OSError: AF_UNIX path too long``, which is no misuse of the reader's.
-    """
-    folder = Path(tempfile.mkdtemp(prefix="misuse-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_python(args, folder, temp, timeout=120):
